@@ -1,0 +1,530 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wheel.c - hierarchical timing wheel.
+ *
+ * Why this shape
+ * --------------
+ * A kairos shard holds up to millions of timers, most of them idle timeouts
+ * that are pushed later on every packet and cancelled at close; few ever
+ * fire.  The structure must make add, cancel and push-later O(1) with a
+ * small constant, find the next expiry without scanning, and expire in
+ * batches.  A heap costs O(log n) cache misses per operation; a hashed
+ * wheel with one level costs a scan per tick.  A hierarchy of 64-slot
+ * levels with one uint64_t occupancy bitmap per level gives O(1) add and
+ * cancel, and the next non-empty slot in O(levels) by ctz().
+ *
+ * Filing rule
+ * -----------
+ * Time is a 64-bit tick counter.  A record whose fire tick is F, filed
+ * while the current tick is C, goes to level g = the highest 6-bit digit in
+ * which F and C differ, slot = digit g of F.  Because F > C, that digit of F
+ * is larger than C's, so the slot lies ahead of the current position of its
+ * level; it is "visited" when the counter reaches V = F with digits below g
+ * cleared.  At the visit each record either fires (F <= now) or is re-filed
+ * against the new current tick, always to a lower level.  A record filed
+ * directly at level 0 (F within the current 64-tick block) fires exactly at
+ * its visit.  So exact timers are never early and never late by more than
+ * the wake-up latency; a timer 30 s out at 1 ms ticks is re-filed at most
+ * twice on its way down.
+ *
+ * Two useful consequences of the rule: a record's level and slot depend
+ * only on (F, C), so all records with the same fire tick always share a
+ * slot, and appending at the tail keeps them in the order they were added,
+ * with no sequence number; and the earliest visit is always in the lowest
+ * non-empty level, at its lowest set occupancy bit (wheel_next()).
+ *
+ * Slack
+ * -----
+ * A record with slack S may fire anywhere in [D, D + S].  The wheel picks
+ * the fire tick in that range with the most trailing zero bits
+ * (wheel_fire_tick()).  A fire tick whose low digits are zero is visited
+ * directly at the level of its highest differing digit and fires there,
+ * with no re-filing: Linux's non-cascading wheel gets its speed from the
+ * same freedom.  Slack changes only F; the filing rule is the same.
+ *
+ * Push-later in place
+ * -------------------
+ * Moving a deadline later is a store when the record's current slot is
+ * visited no later than the new fire tick: the slot's visit re-files it.
+ * WHEEL_F_MOVED marks such a record so the invariant checker knows its slot
+ * is stale.  Moving earlier (or any move of a due record) relinks.
+ *
+ * Levels at the default 1 ms tick
+ * -------------------------------
+ *   level  slot width          level range
+ *     0        1 ms               64 ms
+ *     1       64 ms              4.1 s
+ *     2      4.1 s               4.4 min
+ *     3      4.4 min             4.7 h
+ *     4      4.7 h              12.4 days
+ *     5     12.4 days            2.2 years
+ *     6      2.2 years           139 years
+ *     7      139 years           8,900 years
+ *   overflow: fire ticks 2^48 or more ticks beyond the current block; the
+ *   list is re-filed each time the counter crosses a 2^48 boundary.
+ * The level range is how far ahead a record can be when filed there.
+ */
+#include "wheel.h"
+
+#include <errno.h>
+
+#define WHEEL_MASK	((uint64_t)WHEEL_SLOTS - 1)
+/* Ticks covered by all levels together: 2^48. */
+#define WHEEL_SPAN_BITS	(WHEEL_BITS * WHEEL_LEVELS)
+
+static inline void link_init(struct wheel_link *head)
+{
+	head->next = head;
+	head->prev = head;
+}
+
+static inline bool link_empty(const struct wheel_link *head)
+{
+	return head->next == head;
+}
+
+static inline void link_append(struct wheel_link *head, struct wheel_link *l)
+{
+	l->prev = head->prev;
+	l->next = head;
+	head->prev->next = l;
+	head->prev = l;
+}
+
+static inline void link_unlink(struct wheel_link *l)
+{
+	l->prev->next = l->next;
+	l->next->prev = l->prev;
+}
+
+/* Moves every node of @from onto the empty @to, in order, leaving @from empty. */
+static inline void link_splice(struct wheel_link *from, struct wheel_link *to)
+{
+	if (link_empty(from)) {
+		link_init(to);
+		return;
+	}
+	to->next = from->next;
+	to->prev = from->prev;
+	to->next->prev = to;
+	to->prev->next = to;
+	link_init(from);
+}
+
+static inline struct wheel_timer *link_timer(struct wheel_link *l)
+{
+	/* link is the first member, so the addresses coincide. */
+	return (struct wheel_timer *)(void *)l;
+}
+
+/* The 6-bit group in which @a and @b differ, highest first; @a != @b. */
+static inline unsigned diff_level(uint64_t a, uint64_t b)
+{
+	return (unsigned)(63 - __builtin_clzll(a ^ b)) / WHEEL_BITS;
+}
+
+static inline unsigned slot_of(unsigned where)
+{
+	return (where - 1) & WHEEL_MASK;
+}
+
+static inline unsigned level_of(unsigned where)
+{
+	return (where - 1) >> WHEEL_BITS;
+}
+
+/*
+ * The tick at which slot @s of level @g is visited, given the current tick.
+ * Non-empty slots always lie ahead of the level's current position, so the
+ * visit is in the current rotation of that level.
+ */
+static inline uint64_t visit_tick(uint64_t curr, unsigned g, unsigned s)
+{
+	unsigned up = WHEEL_BITS * (g + 1);
+
+	return ((curr >> up) << up) | ((uint64_t)s << (WHEEL_BITS * g));
+}
+
+/* The first tick of the next 2^48-tick block: when overflow is re-filed. */
+static inline uint64_t overflow_tick(uint64_t curr)
+{
+	uint64_t block = curr >> WHEEL_SPAN_BITS;
+
+	if (block == UINT64_MAX >> WHEEL_SPAN_BITS)
+		return UINT64_MAX;	/* last block: overflow cannot be used */
+	return (block + 1) << WHEEL_SPAN_BITS;
+}
+
+uint64_t wheel_fire_tick(uint64_t deadline, uint32_t slack)
+{
+	uint64_t hi;
+	unsigned k;
+
+	if (slack == 0 || deadline == 0)
+		return deadline;
+	hi = deadline + slack;
+	if (hi < deadline)
+		hi = UINT64_MAX;
+	/*
+	 * deadline - 1 < hi; at their highest differing bit k, hi has a 1 and
+	 * deadline - 1 a 0.  Clearing hi's bits below k gives the smallest
+	 * number above deadline - 1 with that prefix: the unique member of the
+	 * range with the most trailing zeros.
+	 */
+	k = 63u - (unsigned)__builtin_clzll((deadline - 1) ^ hi);
+	return hi & ~((UINT64_C(1) << k) - 1);
+}
+
+/*
+ * The deadline word is read and written with relaxed atomics: the service
+ * lets other threads store a later deadline into a record the wheel holds
+ * (push-later as a store) and re-checks it, under the record's state word,
+ * before anything fires.  Relaxed accesses compile to plain moves.
+ */
+static inline uint64_t deadline_of(const struct wheel_timer *t)
+{
+	return __atomic_load_n(&t->deadline, __ATOMIC_RELAXED);
+}
+
+static inline void deadline_set(struct wheel_timer *t, uint64_t deadline)
+{
+	__atomic_store_n(&t->deadline, deadline, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t timer_fire(const struct wheel_timer *t)
+{
+	return wheel_fire_tick(deadline_of(t), t->slack);
+}
+
+void wheel_init(struct wheel *w, uint64_t now)
+{
+	w->curr = now;
+	w->count = 0;
+	w->ndue = 0;
+	link_init(&w->due);
+	link_init(&w->overflow);
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
+		w->occupied[g] = 0;
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
+			link_init(&w->slot[g][s]);
+	}
+}
+
+void wheel_timer_init(struct wheel_timer *t)
+{
+	t->link.next = NULL;
+	t->link.prev = NULL;
+	deadline_set(t, 0);
+	t->slack = 0;
+	t->where = WHEEL_NONE;
+	t->flags = 0;
+}
+
+/* Links @t for fire tick @fire, relative to the current tick; not counted. */
+static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
+{
+	unsigned g, s;
+
+	t->flags &= (uint16_t)~WHEEL_F_MOVED;
+	if (fire <= w->curr) {
+		t->where = WHEEL_DUE;
+		link_append(&w->due, &t->link);
+		w->ndue++;
+		return;
+	}
+	g = diff_level(fire, w->curr);
+	if (g >= WHEEL_LEVELS) {
+		t->where = WHEEL_OVERFLOW;
+		link_append(&w->overflow, &t->link);
+		return;
+	}
+	s = (unsigned)(fire >> (WHEEL_BITS * g)) & WHEEL_MASK;
+	t->where = (uint16_t)(1 + g * WHEEL_SLOTS + s);
+	link_append(&w->slot[g][s], &t->link);
+	w->occupied[g] |= UINT64_C(1) << s;
+}
+
+/* Unlinks @t from wherever it is; keeps occupancy and the due count right. */
+static void unfile(struct wheel *w, struct wheel_timer *t)
+{
+	unsigned where = t->where;
+
+	link_unlink(&t->link);
+	if (where == WHEEL_DUE) {
+		w->ndue--;
+	} else if (where != WHEEL_OVERFLOW) {
+		unsigned g = level_of(where), s = slot_of(where);
+
+		if (link_empty(&w->slot[g][s]))
+			w->occupied[g] &= ~(UINT64_C(1) << s);
+	}
+}
+
+int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack)
+{
+	if (!w || !t)
+		return -EINVAL;
+	if (t->where != WHEEL_NONE)
+		return -EBUSY;
+	deadline_set(t, deadline);
+	t->slack = slack;
+	return wheel_insert(w, t);
+}
+
+int wheel_insert(struct wheel *w, struct wheel_timer *t)
+{
+	if (!w || !t)
+		return -EINVAL;
+	if (t->where != WHEEL_NONE)
+		return -EBUSY;
+	file(w, t, timer_fire(t));
+	w->count++;
+	return 0;
+}
+
+int wheel_del(struct wheel *w, struct wheel_timer *t)
+{
+	if (!w || !t)
+		return -EINVAL;
+	if (t->where == WHEEL_NONE)
+		return -ENOENT;
+	unfile(w, t);
+	t->where = WHEEL_NONE;
+	t->flags &= (uint16_t)~WHEEL_F_MOVED;
+	w->count--;
+	return 0;
+}
+
+/* Whether @t's current slot is visited no later than its fire tick. */
+static bool visit_in_time(const struct wheel *w, const struct wheel_timer *t)
+{
+	unsigned where = t->where;
+	uint64_t visit;
+
+	if (where == WHEEL_DUE)
+		return false;	/* already handed out: must relink */
+	if (where == WHEEL_OVERFLOW)
+		visit = overflow_tick(w->curr);
+	else
+		visit = visit_tick(w->curr, level_of(where), slot_of(where));
+	return visit <= timer_fire(t);
+}
+
+int wheel_update(struct wheel *w, struct wheel_timer *t, uint64_t deadline)
+{
+	bool later;
+
+	if (!w || !t)
+		return -EINVAL;
+	if (t->where == WHEEL_NONE)
+		return -ENOENT;
+	/* Moving earlier always relinks, so it keeps the add order. */
+	later = deadline >= deadline_of(t);
+	deadline_set(t, deadline);
+	if (later && visit_in_time(w, t)) {
+		/* The slot's visit comes first and re-files it: a store. */
+		t->flags |= WHEEL_F_MOVED;
+		return 0;
+	}
+	unfile(w, t);
+	file(w, t, timer_fire(t));
+	return 0;
+}
+
+int wheel_refresh(struct wheel *w, struct wheel_timer *t)
+{
+	if (!w || !t)
+		return -EINVAL;
+	if (t->where == WHEEL_NONE)
+		return -ENOENT;
+	if (visit_in_time(w, t)) {
+		t->flags |= WHEEL_F_MOVED;
+		return 0;
+	}
+	unfile(w, t);
+	file(w, t, timer_fire(t));
+	return 0;
+}
+
+/* Visits a slot list at the current tick: fire what is due, re-file the rest. */
+static uint64_t visit_list(struct wheel *w, struct wheel_link *head)
+{
+	struct wheel_link list;
+	uint64_t ndue = w->ndue;
+
+	link_splice(head, &list);
+	while (!link_empty(&list)) {
+		struct wheel_timer *t = link_timer(list.next);
+
+		link_unlink(&t->link);
+		file(w, t, timer_fire(t));
+	}
+	return w->ndue - ndue;
+}
+
+/* The next tick at which a slot (or the overflow list) is visited. */
+static uint64_t next_visit(const struct wheel *w)
+{
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
+		uint64_t bits = w->occupied[g];
+
+		if (bits)
+			return visit_tick(w->curr, g, (unsigned)__builtin_ctzll(bits));
+	}
+	if (!link_empty(&w->overflow))
+		return overflow_tick(w->curr);
+	return UINT64_MAX;
+}
+
+uint64_t wheel_advance(struct wheel *w, uint64_t now)
+{
+	uint64_t fired = 0;
+
+	while (w->curr < now) {
+		uint64_t next = next_visit(w);
+		unsigned g;
+
+		if (next > now) {
+			/* Nothing is visited before @now: jump straight there. */
+			w->curr = now;
+			break;
+		}
+		/*
+		 * next_visit() is the visit of the lowest set bit of the lowest
+		 * non-empty level, or the overflow boundary when the levels are
+		 * empty; exactly one list is visited at that tick.
+		 */
+		w->curr = next;
+		for (g = 0; g < WHEEL_LEVELS; g++)
+			if (w->occupied[g])
+				break;
+		if (g == WHEEL_LEVELS) {
+			fired += visit_list(w, &w->overflow);
+		} else {
+			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
+
+			w->occupied[g] &= ~(UINT64_C(1) << s);
+			fired += visit_list(w, &w->slot[g][s]);
+		}
+	}
+	return fired;
+}
+
+struct wheel_timer *wheel_pop(struct wheel *w)
+{
+	struct wheel_timer *t;
+
+	if (link_empty(&w->due))
+		return NULL;
+	t = link_timer(w->due.next);
+	link_unlink(&t->link);
+	t->where = WHEEL_NONE;
+	w->ndue--;
+	w->count--;
+	return t;
+}
+
+uint64_t wheel_next(const struct wheel *w)
+{
+	return w->ndue ? w->curr : next_visit(w);
+}
+
+/* Checks one list's links and that every node claims @where; counts nodes. */
+static const char *check_list(const struct wheel_link *head, unsigned where, uint64_t *n)
+{
+	const struct wheel_link *l = head;
+
+	*n = 0;
+	do {
+		if (!l->next || !l->prev)
+			return "NULL link in a list";
+		if (l->next->prev != l)
+			return "list link not mirrored (next->prev != node)";
+		l = l->next;
+		if (l != head) {
+			if (link_timer((struct wheel_link *)l)->where != where)
+				return "record's where does not name the list it is on";
+			if (++*n > (UINT64_C(1) << 40))
+				return "list does not close (cycle without its head)";
+		}
+	} while (l != head);
+	return NULL;
+}
+
+static const char *check_slot(const struct wheel *w, unsigned g, unsigned s, uint64_t *n)
+{
+	const struct wheel_link *head = &w->slot[g][s];
+	bool bit = (w->occupied[g] >> s) & 1;
+	uint64_t visit = visit_tick(w->curr, g, s);
+	const char *why;
+
+	why = check_list(head, 1 + g * WHEEL_SLOTS + s, n);
+	if (why)
+		return why;
+	if (bit != (*n != 0))
+		return "occupancy bit disagrees with the slot's list";
+	if (!*n)
+		return NULL;
+	if (s <= ((w->curr >> (WHEEL_BITS * g)) & WHEEL_MASK))
+		return "non-empty slot at or behind its level's current position";
+	for (const struct wheel_link *l = head->next; l != head; l = l->next) {
+		const struct wheel_timer *t = link_timer((struct wheel_link *)l);
+		uint64_t fire = timer_fire(t);
+
+		if (fire < visit)
+			return "record's fire tick comes before its slot is visited";
+		if (t->flags & WHEEL_F_MOVED)
+			continue;
+		if (diff_level(fire, w->curr) != g ||
+		    ((fire >> (WHEEL_BITS * g)) & WHEEL_MASK) != s)
+			return "record not in the slot its fire tick belongs to";
+	}
+	return NULL;
+}
+
+int wheel_check(const struct wheel *w, const char **why)
+{
+	const char *bad = NULL;
+	uint64_t n, total = 0;
+
+	for (unsigned g = 0; g < WHEEL_LEVELS && !bad; g++) {
+		for (unsigned s = 0; s < WHEEL_SLOTS && !bad; s++) {
+			bad = check_slot(w, g, s, &n);
+			total += n;
+		}
+	}
+	if (!bad)
+		bad = check_list(&w->overflow, WHEEL_OVERFLOW, &n);
+	if (!bad) {
+		total += n;
+		for (const struct wheel_link *l = w->overflow.next; l != &w->overflow; l = l->next) {
+			const struct wheel_timer *t = link_timer((struct wheel_link *)l);
+			uint64_t fire = timer_fire(t);
+
+			if (fire < overflow_tick(w->curr)) {
+				bad = "overflow record fires before the overflow list is visited";
+				break;
+			}
+		}
+	}
+	if (!bad)
+		bad = check_list(&w->due, WHEEL_DUE, &n);
+	if (!bad) {
+		total += n;
+		if (n != w->ndue)
+			bad = "due count disagrees with the due list";
+	}
+	if (!bad) {
+		for (const struct wheel_link *l = w->due.next; l != &w->due; l = l->next) {
+			if (timer_fire(link_timer((struct wheel_link *)l)) > w->curr) {
+				bad = "due record whose fire tick is still ahead";
+				break;
+			}
+		}
+	}
+	if (!bad && total != w->count)
+		bad = "record count disagrees with the lists";
+	if (why)
+		*why = bad;
+	return bad ? -EUCLEAN : 0;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wheel.h - the hierarchical timing wheel of one kairos shard.
+ *
+ * The wheel is single-threaded, does no I/O and reads no clock: every
+ * function that needs the time takes it as an argument, in ticks.  Records
+ * (struct wheel_timer) are owned by the caller, usually embedded in a
+ * larger object, and linked intrusively; the wheel never allocates.
+ *
+ * Context: all functions must be called by the one thread that owns the
+ * wheel (or under a lock the caller holds).  None of them blocks.
+ *
+ * See wheel.c for the design essay and the level table.
+ */
+#ifndef KAIROS_WHEEL_H
+#define KAIROS_WHEEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* 64 slots a level: one uint64_t occupancy bitmap covers a level. */
+#define WHEEL_BITS	6
+#define WHEEL_SLOTS	(1u << WHEEL_BITS)
+/*
+ * Eight levels cover 2^48 ticks (8,900 years at 1 ms, 8.9 years at 1 us).
+ * Fire ticks further out than the top level reaches wait on the overflow
+ * list, which is re-filed each time the tick counter crosses a 2^48 boundary.
+ */
+#define WHEEL_LEVELS	8
+
+/* Values of wheel_timer.where other than slot numbers (1 + level*64 + slot). */
+#define WHEEL_NONE	0u				/* not in a wheel */
+#define WHEEL_OVERFLOW	(1u + WHEEL_LEVELS * WHEEL_SLOTS)	/* beyond the top level */
+#define WHEEL_DUE	(WHEEL_OVERFLOW + 1u)		/* expired, not yet popped */
+
+/* wheel_timer.flags bits owned by the wheel; the others are free for the user. */
+#define WHEEL_F_MOVED	0x0001u	/* deadline pushed later in place; slot is stale */
+#define WHEEL_F_MASK	0x00ffu	/* bits the wheel may change */
+
+struct wheel_link {
+	struct wheel_link *next;
+	struct wheel_link *prev;
+};
+
+/*
+ * One timer record: 32 bytes.  A zero-filled record is a valid record that
+ * is in no wheel, so records from calloc() or a zeroed slab need no init.
+ */
+struct wheel_timer {
+	struct wheel_link link;	/* in a slot, the overflow list or the due list */
+	uint64_t deadline;	/* earliest tick it may fire at; accessed with
+				 * relaxed atomics (see wheel_refresh()) */
+	uint32_t slack;		/* it may fire as late as deadline + slack */
+	uint16_t where;		/* WHEEL_NONE, a slot number, WHEEL_OVERFLOW, WHEEL_DUE */
+	uint16_t flags;		/* WHEEL_F_* in the low byte; high byte is the user's */
+};
+
+struct wheel {
+	uint64_t curr;			/* every fire tick <= curr has been expired */
+	uint64_t count;			/* records in the wheel, due list included */
+	uint64_t ndue;			/* records on the due list */
+	uint64_t occupied[WHEEL_LEVELS];	/* bit s set iff slot[level][s] is non-empty */
+	struct wheel_link due;		/* expired records in firing order */
+	struct wheel_link overflow;
+	struct wheel_link slot[WHEEL_LEVELS][WHEEL_SLOTS];
+};
+
+/* Sets up an empty wheel whose current tick is @now. */
+void wheel_init(struct wheel *w, uint64_t now);
+
+/* Marks @t as in no wheel (the same as zero-filling it). */
+void wheel_timer_init(struct wheel_timer *t);
+
+/*
+ * wheel_fire_tick - the tick a record with this deadline and slack fires at:
+ * the member of [deadline, deadline + slack] with the most trailing zero
+ * bits, which lets it sit in a coarse slot and be re-filed as little as
+ * possible.  With slack 0 it is the deadline itself.  Saturates at UINT64_MAX.
+ */
+uint64_t wheel_fire_tick(uint64_t deadline, uint32_t slack);
+
+/*
+ * wheel_add - puts @t in the wheel to fire at wheel_fire_tick(@deadline, @slack).
+ * A fire tick at or before the current tick puts it straight on the due list.
+ *
+ * Return: 0; -EINVAL if @w or @t is NULL; -EBUSY if @t is already in a wheel.
+ */
+int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack);
+
+/*
+ * wheel_insert - puts @t in the wheel with the deadline and slack already in
+ * the record (for owners whose records carry their deadline from elsewhere).
+ *
+ * Return: as wheel_add().
+ */
+int wheel_insert(struct wheel *w, struct wheel_timer *t);
+
+/*
+ * wheel_del - takes @t out of the wheel in O(1), wherever it is (a slot, the
+ * overflow list or the due list).
+ *
+ * Return: 0; -EINVAL if @w or @t is NULL; -ENOENT if @t is in no wheel.
+ */
+int wheel_del(struct wheel *w, struct wheel_timer *t);
+
+/*
+ * wheel_update - moves @t's deadline to @deadline, earlier or later, keeping
+ * its slack.  A later deadline whose fire tick is not before the visit of the
+ * record's current slot (the usual case) is a store: the record stays where
+ * it is, flagged WHEEL_F_MOVED, and is re-filed when its slot comes round.
+ * An earlier deadline, or any new deadline for a due record, relinks it as
+ * if it were added now.
+ *
+ * Return: 0; -EINVAL if @w or @t is NULL; -ENOENT if @t is in no wheel.
+ */
+int wheel_update(struct wheel *w, struct wheel_timer *t, uint64_t deadline);
+
+/*
+ * wheel_refresh - makes the wheel agree with a deadline that was stored in @t
+ * from outside (with a relaxed atomic store): a store suffices when the
+ * record's slot is still visited in time, else it is relinked.  Unlike
+ * wheel_update() it does not know the old deadline, so an earlier deadline
+ * whose slot is still visited in time also stays in place.
+ *
+ * Return: 0; -EINVAL for NULL; -ENOENT if @t is in no wheel.
+ */
+int wheel_refresh(struct wheel *w, struct wheel_timer *t);
+
+/*
+ * wheel_advance - moves the current tick forward to @now and puts every record
+ * whose fire tick is <= @now on the due list, re-filing those whose slot came
+ * round but whose (pushed) fire tick has not.  A @now at or before the
+ * current tick changes nothing: the wheel's time never runs backwards.
+ *
+ * The due list is in the order records became due: at their fire tick, or,
+ * for a record added (or moved) with a fire tick already at or before the
+ * current tick, at once.  So what one call makes due is in fire-tick order,
+ * after everything already on the due list.  Records with equal fire ticks
+ * keep the order in which they were added (or moved earlier by
+ * wheel_update); a record pushed later in place joins that order when its
+ * old slot comes round and it is re-filed.
+ *
+ * Return: how many records became due.
+ */
+uint64_t wheel_advance(struct wheel *w, uint64_t now);
+
+/* wheel_pop - takes the first record off the due list; NULL when it is empty. */
+struct wheel_timer *wheel_pop(struct wheel *w);
+
+/*
+ * wheel_next - the earliest tick at which wheel_advance() has work to do:
+ * the current tick when records are due, UINT64_MAX when the wheel is empty.
+ * Found from the occupancy bitmaps in O(levels).  For a slot above level 0
+ * this is when the slot is visited, which may re-file records without any
+ * becoming due; it is never later than the earliest fire tick.
+ */
+uint64_t wheel_next(const struct wheel *w);
+
+/* Number of records in the wheel, due ones included. */
+static inline uint64_t wheel_count(const struct wheel *w)
+{
+	return w->count;
+}
+
+/* Whether @t is in a wheel (a slot, the overflow list or the due list). */
+static inline bool wheel_timer_pending(const struct wheel_timer *t)
+{
+	return t->where != WHEEL_NONE;
+}
+
+/*
+ * wheel_check - verifies every invariant of @w: list links, occupancy bits,
+ * counts, that each record sits where it is visited no later than its fire
+ * tick (exactly where its fire tick belongs, unless pushed later in place),
+ * and that due records are due.  O(records); for tests.
+ *
+ * Return: 0 when all hold; otherwise -EUCLEAN and *@why (if @why is not NULL)
+ * points to a static description of the first broken one.
+ */
+int wheel_check(const struct wheel *w, const char **why);
+
+#endif /* KAIROS_WHEEL_H */
