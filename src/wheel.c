@@ -318,10 +318,15 @@ int wheel_update(struct wheel *w, struct wheel_timer *t, uint64_t deadline)
 		return -EINVAL;
 	if (t->where == WHEEL_NONE)
 		return -ENOENT;
-	/* Moving earlier always relinks, so it keeps the add order. */
-	later = deadline >= deadline_of(t);
+	/*
+	 * Moving later needs no look at the slot: fire ticks grow with the
+	 * deadline (wheel_fire_tick() is monotonic for a fixed slack) and the
+	 * slot is visited no later than the old fire tick.  Only a due record
+	 * must move.  Moving earlier always relinks, so it keeps the add order.
+	 */
+	later = deadline >= deadline_of(t) && t->where != WHEEL_DUE;
 	deadline_set(t, deadline);
-	if (later && visit_in_time(w, t)) {
+	if (later) {
 		/* The slot's visit comes first and re-files it: a store. */
 		t->flags |= WHEEL_F_MOVED;
 		return 0;

@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kairos.h - a kernel-assisted timer service for programs that hold very
+ * many timers at once.
+ *
+ * Threading model, in one paragraph: a service runs one shard thread per
+ * core.  Each shard owns a hierarchical timing wheel and one timerfd, armed
+ * (absolute time) to the earliest non-empty slot and waited on through an
+ * io_uring ring (or epoll when io_uring is refused).  Any thread may call any
+ * function below at any time, callbacks included, without registering: ids
+ * are looked up in lock-free tables protected by RCU, one atomic word per
+ * timer decides cancel against fire, and changes to a wheel are posted to its
+ * shard's lock-free inbox.  Callbacks run on worker threads of the timer's
+ * shard (or on the shard thread itself with KAIROS_DELIVER_INLINE).
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure; none sets errno.  A call that fails never runs its callback.  A
+ * timer that was accepted ends exactly once: its callback runs (one-shot),
+ * it is cancelled, or it is drained by kairos_destroy().
+ */
+#ifndef KAIROS_KAIROS_H
+#define KAIROS_KAIROS_H
+
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KAIROS_VERSION_MAJOR	0
+#define KAIROS_VERSION_MINOR	1
+#define KAIROS_VERSION_PATCH	0
+
+/* A timer's handle.  0 is never a valid id. */
+typedef uint64_t kairos_id;
+
+/*
+ * kairos_fn - a timer callback.
+ * @arg:    the pointer given when the timer was armed
+ * @id:     the timer's id
+ * @status: > 0: expirations this call covers (1 for a one-shot timer, more
+ *          when a periodic timer missed periods); -ECANCELED: the timer was
+ *          drained by kairos_destroy(..., KAIROS_DRAIN_NOTIFY)
+ */
+typedef void (*kairos_fn)(void *arg, kairos_id id, int status);
+
+struct kairos;
+
+/* How expired timers reach their callbacks. */
+enum kairos_delivery {
+	KAIROS_DELIVER_WORKERS = 0,	/* worker threads of the timer's shard */
+	KAIROS_DELIVER_INLINE = 1,	/* on the shard thread; for short callbacks */
+};
+
+/* Which kernel interface a shard waits with. */
+enum kairos_backend {
+	KAIROS_BACKEND_AUTO = 0,	/* io_uring, else epoll (or $KAIROS_BACKEND) */
+	KAIROS_BACKEND_URING = 1,	/* io_uring only: kairos_create fails without it */
+	KAIROS_BACKEND_EPOLL = 2,	/* epoll + timerfd */
+};
+
+/* kairos_destroy() modes for timers still pending. */
+#define KAIROS_DRAIN_DROP	0	/* end them without calling back */
+#define KAIROS_DRAIN_NOTIFY	1	/* call each once with status -ECANCELED */
+
+/*
+ * A zero-filled config is valid: every 0 field means its default (a clock of
+ * 0, CLOCK_REALTIME, is not supported: it means CLOCK_MONOTONIC).
+ */
+struct kairos_config {
+	unsigned shards;		/* 0: one per online CPU (at most 256) */
+	unsigned workers;		/* callback threads per shard; 0: 2 */
+	uint64_t tick_ns;		/* wheel tick; 0: 1 ms; at least 1 us */
+	int clock;			/* a clockid_t: CLOCK_MONOTONIC (default) or CLOCK_BOOTTIME */
+	uint64_t max_timers;		/* cap on pending timers; 0: none */
+	int pin_cpus;			/* non-zero: pin shard k and its workers to CPU k */
+	enum kairos_delivery delivery;
+	enum kairos_backend backend;
+	unsigned ring_entries;		/* io_uring SQ size; 0: 8 */
+};
+
+/* Counters of a service; see kairos_stats(). */
+struct kairos_stats {
+	uint64_t armed;		/* timers accepted by kairos_arm*() */
+	uint64_t fired;		/* one-shot timers whose callback started */
+	uint64_t cancelled;	/* timers ended by a cancel that returned 0 (or a
+				 * periodic timer stopped by a cancel while running) */
+	uint64_t drained;	/* timers ended by kairos_destroy() */
+	uint64_t pending;	/* timers not yet ended */
+	uint64_t rejected;	/* arms refused for max_timers */
+	uint64_t periodic_runs;	/* callback calls of periodic timers */
+	uint64_t early;		/* callbacks started before their deadline (always 0) */
+	uint64_t lateness_p50_ns;	/* callback start - deadline, over all calls; */
+	uint64_t lateness_p99_ns;	/* percentiles are bucket upper bounds */
+	uint64_t lateness_max_ns;	/* (within 1/8 of the true value) */
+	uint64_t wakeups;	/* shard loop wake-ups, all shards */
+	uint64_t timer_sets;	/* timerfd_settime() calls, all shards */
+	unsigned shards;
+};
+
+/*
+ * kairos_config_default - fills @cfg with the defaults: one shard per online
+ * CPU, 2 workers each, 1 ms tick, CLOCK_MONOTONIC, no cap, no pinning,
+ * worker delivery, backend chosen by probing.
+ *
+ * Context: any thread; does not block.
+ */
+void kairos_config_default(struct kairos_config *cfg);
+
+/*
+ * kairos_create - starts a timer service.
+ * @cfg: the configuration, or NULL for kairos_config_default()'s
+ * @out: where the new service is stored on success
+ *
+ * Starts the shard threads and their workers.  With KAIROS_BACKEND_AUTO each
+ * shard uses io_uring when the kernel allows it and epoll + timerfd when
+ * io_uring is refused (ENOSYS, EPERM, kernel.io_uring_disabled); the
+ * environment variable KAIROS_BACKEND=uring|epoll overrides AUTO.
+ *
+ * Context: any thread, callbacks included; blocks briefly (thread start).
+ * Return: 0; -EINVAL for a NULL @out or an invalid @cfg field; -ENOMEM;
+ * -ENOSYS or -EPERM when KAIROS_BACKEND_URING is forced and io_uring is
+ * refused; another -errno from a failing system call (thread, timerfd,
+ * eventfd).
+ */
+int kairos_create(const struct kairos_config *cfg, struct kairos **out);
+
+/*
+ * kairos_destroy - stops a service.
+ * @how: KAIROS_DRAIN_DROP or KAIROS_DRAIN_NOTIFY
+ *
+ * Waits for running callbacks to return, joins every thread the service
+ * started, and ends each timer still pending exactly once: dropped silently,
+ * or its callback called once with status -ECANCELED on the calling thread.
+ * After it returns, no callback of this service is running or will run.
+ * Calls on a destroyed service (this one included) return -ESHUTDOWN: a
+ * small header stays allocated for that purpose.
+ *
+ * Context: any thread except one of this service's callbacks (-EDEADLK);
+ * blocks until callbacks return.
+ * Return: the number of timers drained (>= 0); -EINVAL for a NULL @k or a
+ * bad @how; -ESHUTDOWN if already destroyed; -EDEADLK from a callback of @k.
+ */
+int kairos_destroy(struct kairos *k, int how);
+
+/*
+ * kairos_arm - arms a one-shot timer that fires @delay_ns from now.
+ * @fn:  the callback; called once when the timer fires, never before its
+ *       deadline (the deadline rounds up to the next tick)
+ * @out: where the timer's id is stored; may be NULL
+ *
+ * Context: any thread, callbacks included; does not block.
+ * Return: 0; -EINVAL for a NULL @k or @fn; -EOVERFLOW when now + @delay_ns
+ * overflows 64 bits of nanoseconds; -EAGAIN when max_timers timers are
+ * pending; -ENOMEM; -ESHUTDOWN after kairos_destroy().
+ */
+int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg, kairos_id *out);
+
+/*
+ * kairos_arm_at - like kairos_arm(), at the absolute time @deadline_ns of the
+ * service clock (see kairos_now()).  A deadline in the past fires at once.
+ */
+int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg, kairos_id *out);
+
+/*
+ * kairos_arm_every - arms a periodic timer: first at now + @period_ns, then
+ * every @period_ns after its previous deadline (no drift).  When the service
+ * falls behind by whole periods, one call covers them and its status says
+ * how many.  A periodic timer ends only by cancel or destroy.
+ *
+ * Return: as kairos_arm(); also -EINVAL for a @period_ns of 0.
+ */
+int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg, kairos_id *out);
+
+/*
+ * kairos_cancel - cancels a timer.
+ *
+ * Context: any thread, callbacks included (their own timer too); does not
+ * block.
+ * Return:
+ *   0        it was pending (or expired but its callback had not started);
+ *            its callback will never run.
+ *   -EBUSY   its callback is running now.  A periodic timer will not run
+ *            again after that call returns.
+ *   -ENOENT  no such pending timer: it fired, was cancelled, or never existed
+ *            (ids of other services and stale ids included).
+ *   -EINVAL  a NULL @k or an id of 0.  -ESHUTDOWN after kairos_destroy().
+ */
+int kairos_cancel(struct kairos *k, kairos_id id);
+
+/*
+ * kairos_cancel_sync - kairos_cancel(), but when the callback is running,
+ * waits until it has returned.  After it returns the callback is not running
+ * and never runs again.
+ *
+ * Context: any thread; blocks while the callback runs.  From the timer's own
+ * callback it cannot wait for itself: it stops later runs and returns
+ * -EDEADLK.
+ * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel(); -EBUSY when the
+ * callback was running (it has now returned); -EDEADLK from its own callback.
+ */
+int kairos_cancel_sync(struct kairos *k, kairos_id id);
+
+/*
+ * kairos_reset - moves a pending timer's deadline to now + @delay_ns, earlier
+ * or later.  Pushing later is a store; pushing earlier is posted to the
+ * timer's shard.  For a periodic timer the new deadline is its next run and
+ * the period continues from there.
+ *
+ * Context: any thread, callbacks included (their own timer too); does not
+ * block.
+ * Return: 0: the timer fires at the new deadline, not before; -ENOENT: the
+ * timer has ended or is firing (a one-shot whose callback is starting or
+ * running); -EBUSY: a periodic timer whose callback is starting or running
+ * (try again after it); -EOVERFLOW, -EINVAL, -ESHUTDOWN as kairos_arm().
+ */
+int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns);
+
+/*
+ * kairos_now - reads the service clock (the configured clockid), in ns.
+ *
+ * Context: any thread; does not block.
+ * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN after kairos_destroy().
+ */
+int kairos_now(struct kairos *k, uint64_t *now_ns);
+
+/*
+ * kairos_stats - a snapshot of the service's counters.  Each counter is read
+ * atomically, the set is not: while timers are armed and fire concurrently
+ * the identity armed == fired + cancelled + drained + pending holds only
+ * once the service is quiet.
+ *
+ * Context: any thread; does not block.
+ * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN after kairos_destroy().
+ */
+int kairos_stats(struct kairos *k, struct kairos_stats *out);
+
+/*
+ * kairos_backend_info - which backend shard @shard uses, and why.
+ * @name: set to "io_uring" or "epoll"; may be NULL
+ * @why:  set to a sentence saying why it was chosen; may be NULL
+ *
+ * Context: any thread; does not block.  The strings live as long as @k.
+ * Return: 0; -EINVAL for a NULL @k or a @shard out of range; -ESHUTDOWN.
+ */
+int kairos_backend_info(struct kairos *k, unsigned shard, const char **name, const char **why);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KAIROS_KAIROS_H */

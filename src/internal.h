@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - the objects of a kairos service and how threads share them.
+ *
+ * Who touches what:
+ *  - A shard's wheel, its timerfd arming and its expiry loop belong to the
+ *    shard thread alone.
+ *  - Any thread allocates records from a shard's pool (a lock-free stack),
+ *    changes a record's state word with CAS, and posts records to the shard's
+ *    inbox (a lock-free stack the shard takes whole).
+ *  - Workers take expired records from the shard's delivery queue (a mutex
+ *    and a condition variable, taken once per batch, never by the hot
+ *    arm/cancel/reset paths).
+ *  - Records are looked up by id inside RCU read-side critical sections
+ *    (liburcu, bulletproof flavour, so callers never register), and a record
+ *    that ended is reused only after a grace period: a thread that looked a
+ *    record up can still write to it without touching its next life.
+ */
+#ifndef KAIROS_INTERNAL_H
+#define KAIROS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kairos/kairos.h>
+
+#include "wheel.h"
+
+#define KAIROS_HIDDEN	__attribute__((visibility("hidden")))
+#define KAIROS_EXPORT	__attribute__((visibility("default")))
+#define CACHELINE	64
+
+/* Impossible failures (a pthread call, a corrupted state word) stop here. */
+#define kairos_die(what)	kairos_die_at(__FILE__, __LINE__, (what))
+void kairos_die_at(const char *file, int line, const char *what) __attribute__((noreturn));
+
+/* ---- ids ----------------------------------------------------------------
+ * An id is gen:32 | shard:8 | index:24.  The generation is the upper half of
+ * the record's state word and changes each time the record is reused, so a
+ * stale id fails the generation compare; generations start at a per-service
+ * random value, so an id of another service is rejected too (but for a
+ * 2^-32 chance).  A generation is never 0, so no id is 0.
+ */
+#define ID_INDEX_BITS	24
+#define ID_SHARD_BITS	8
+#define MAX_SHARDS	(1u << ID_SHARD_BITS)
+#define MAX_RECORDS	(1u << ID_INDEX_BITS)	/* per shard */
+
+static inline kairos_id id_make(uint32_t gen, unsigned shard, uint32_t index)
+{
+	return (uint64_t)gen << 32 | (uint64_t)shard << ID_INDEX_BITS | index;
+}
+
+static inline uint32_t id_gen(kairos_id id) { return (uint32_t)(id >> 32); }
+static inline unsigned id_shard(kairos_id id) { return (unsigned)(id >> ID_INDEX_BITS) & (MAX_SHARDS - 1); }
+static inline uint32_t id_index(kairos_id id) { return (uint32_t)id & (MAX_RECORDS - 1); }
+
+/* ---- the state word -----------------------------------------------------
+ * One 64-bit atomic per record decides every race: gen:32 | ver:24 | flags:8.
+ *
+ *   FREE ──arm──▶ PENDING ──expire (shard)──▶ FIRING ──worker──▶ RUNNING ──▶ (ended)
+ *                  │  ▲ │                        │                   │
+ *                  │  └─┘ RESETTING (a resetter   └──cancel──┐        └─periodic: PENDING
+ *                  │        holds it for a store)            ▼
+ *                  └──────────cancel────────────────────▶ CANCELLED
+ *
+ * A cancel wins iff it moves PENDING or FIRING to CANCELLED; a callback runs
+ * iff its worker moves FIRING to RUNNING.  The version counts resets so that
+ * no CAS can succeed on a word read before a reset.
+ */
+enum rec_state {
+	ST_FREE = 0,
+	ST_PENDING = 1,
+	ST_RESETTING = 2,	/* a resetter is storing a new deadline */
+	ST_FIRING = 3,		/* expired, queued for a worker, not started */
+	ST_RUNNING = 4,		/* callback running */
+	ST_CANCELLED = 5,
+	ST_DONE = 6,		/* fired (one-shot) or drained */
+};
+#define ST_MASK		UINT64_C(0x7)
+#define ST_QUEUED	UINT64_C(0x08)	/* on the shard's inbox */
+#define ST_WAITERS	UINT64_C(0x10)	/* kairos_cancel_sync() sleeps on the word */
+#define ST_STOP		UINT64_C(0x20)	/* periodic: cancelled while running */
+#define ST_REBASE	UINT64_C(0x40)	/* periodic: reset, take the period from the new deadline */
+#define ST_VER_SHIFT	8
+#define ST_VER_ONE	(UINT64_C(1) << ST_VER_SHIFT)
+#define ST_VER_MASK	(UINT64_C(0xffffff) << ST_VER_SHIFT)
+#define ST_GEN_MASK	(UINT64_C(0xffffffff) << 32)
+
+static inline unsigned st_of(uint64_t s) { return (unsigned)(s & ST_MASK); }
+static inline uint32_t st_gen(uint64_t s) { return (uint32_t)(s >> 32); }
+static inline uint64_t st_with(uint64_t s, unsigned st) { return (s & ~ST_MASK) | st; }
+
+/* wheel_timer.flags bits that belong to kairos (the wheel owns the low byte). */
+#define REC_F_PERIODIC	0x0100u
+
+/*
+ * One timer: 64 bytes, one cache line.  @wt.deadline is in ticks; other
+ * threads store it only while they hold the record in ST_RESETTING (or own a
+ * record that is not yet posted), the shard reads it under the state word.
+ */
+struct rec {
+	struct wheel_timer wt;		/* owned by the shard while linked */
+	_Atomic uint64_t state;
+	kairos_fn fn;
+	void *arg;
+	struct rec *inbox_next;		/* link on the inbox; written before the push */
+} __attribute__((aligned(CACHELINE)));
+
+/* Periodic timers keep their period beside the chunk, allocated on first use. */
+struct rec_period {
+	uint64_t period_ns;
+	uint64_t next_ns;	/* the deadline (ns) of the coming run */
+};
+
+/*
+ * Records come in chunks of 4096 slots, 256 KiB, aligned to their size.  Slot
+ * 0 of a chunk is its header, so a record's index follows from its address:
+ * chunk number (in the header) and offset.  Chunks are never freed while the
+ * service lives, so a looked-up pointer always points at a record.
+ */
+#define CHUNK_BITS	12
+#define CHUNK_RECS	(1u << CHUNK_BITS)
+#define CHUNK_BYTES	(CHUNK_RECS * sizeof(struct rec))
+#define MAX_CHUNKS	(MAX_RECORDS / CHUNK_RECS)
+
+struct chunk_head {
+	uint32_t no;				/* chunk number in its shard */
+	_Atomic(struct rec_period *) period;	/* CHUNK_RECS entries, or NULL */
+};
+
+struct rec_chunk {
+	union {
+		struct chunk_head head;
+		struct rec pad;
+	} h;
+	struct rec recs[CHUNK_RECS - 1];	/* index offsets 1 .. 4095 */
+};
+
+/* ---- delivery -------------------------------------------------------------- */
+struct delivery {
+	struct rec *r;
+	kairos_id id;
+	uint64_t deadline_ns;
+	int status;
+};
+
+struct dqueue {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct delivery *buf;	/* ring of cap entries */
+	size_t head, len, cap;
+	bool stop;
+};
+
+/* ---- lateness histogram: 1/8-octave buckets, ns ---------------------------- */
+#define LAT_SUB_BITS	3
+#define LAT_BUCKETS	(64 << LAT_SUB_BITS)
+
+struct lat_hist {
+	_Atomic uint64_t bucket[LAT_BUCKETS];
+	_Atomic uint64_t max;
+};
+
+void lat_record(struct lat_hist *h, uint64_t ns);
+uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q);
+uint64_t lat_bucket_upper(unsigned b);
+
+/* ---- backends -------------------------------------------------------------- */
+struct shard;
+
+#define BK_TIMER	1	/* the timerfd expired */
+#define BK_WAKE		2	/* the wake eventfd was written */
+
+struct backend_ops {
+	const char *name;
+	/* Called on the shard thread; the timerfd and eventfd exist. */
+	int (*init)(struct shard *s);
+	/* Blocks until the timerfd or the eventfd fires; returns BK_* bits or -errno. */
+	int (*wait)(struct shard *s);
+	void (*fini)(struct shard *s);
+};
+
+extern const struct backend_ops backend_uring_ops KAIROS_HIDDEN;
+extern const struct backend_ops backend_epoll_ops KAIROS_HIDDEN;
+
+/* ---- shard ----------------------------------------------------------------- */
+struct kairos;
+
+struct shard_stats {
+	_Atomic uint64_t armed;
+	_Atomic uint64_t fired;
+	_Atomic uint64_t cancelled;
+	_Atomic uint64_t drained;
+	_Atomic uint64_t pending;
+	_Atomic uint64_t periodic_runs;
+	_Atomic uint64_t early;
+	_Atomic uint64_t wakeups;
+	_Atomic uint64_t timer_sets;
+};
+
+struct shard {
+	/* Written by every poster: its own cache lines. */
+	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
+	_Atomic uint64_t inbox_posts;	/* approximate, to wake on a deep inbox */
+	/*
+	 * The tick the shard sleeps until (its timerfd), or 0 while it is awake
+	 * and will look at the inbox before sleeping again.  A poster whose
+	 * deadline is earlier wakes it.
+	 */
+	_Atomic uint64_t sleep_tick;
+	_Atomic int wake_pending;
+
+	/*
+	 * Free records, a Treiber stack linked through inbox_next.  No ABA tag
+	 * is needed: pops happen inside RCU read-side sections and a popped
+	 * record comes back only after a grace period, so the head cannot
+	 * return to a record a slow popper still holds.
+	 */
+	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
+	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
+
+	struct shard_stats stats __attribute__((aligned(CACHELINE)));
+	struct lat_hist lat;
+
+	/* Owner-only from here. */
+	struct wheel wheel __attribute__((aligned(CACHELINE)));
+	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
+	uint64_t now_ns;		/* cached per loop pass */
+	int tfd, efd;
+	const struct backend_ops *ops;
+	const char *backend_why;
+	char why_buf[160];
+	void *backend;			/* the backend's own state */
+	struct rec *deferred;		/* due records a resetter or post holds */
+
+	struct kairos *k;
+	unsigned index;
+	pthread_t thread;
+	_Atomic int stop;
+	_Atomic uint32_t init_done;	/* futex: the thread has set up its backend */
+	int init_rc;			/* backend init result, for kairos_create */
+	bool thread_joined;
+
+	pthread_mutex_t grow_lock;
+	_Atomic unsigned nchunks;
+	_Atomic(struct rec_chunk *) chunk[MAX_CHUNKS];
+
+	struct dqueue dq;
+	pthread_t *workers;
+	unsigned nworkers;
+	struct delivery *dbatch;	/* the shard's batch before it is queued */
+	size_t dlen, dcap;
+};
+
+struct kairos {
+	_Atomic int dead;		/* set by kairos_destroy(); the header stays */
+	struct kairos_config cfg;
+	uint32_t salt;			/* first generation of every record */
+	unsigned nshards;
+	struct shard **shards;
+	_Atomic uint64_t total_pending;	/* kept only when cfg.max_timers is set */
+	_Atomic uint64_t rejected;
+
+	pthread_t reclaimer;
+	bool reclaimer_started;
+	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
+	_Atomic int reclaim_stop;
+};
+
+/* The service and timer whose callback this thread is running, if any. */
+extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
+extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
+
+/* table.c: record pools, lookup by id, reclamation. */
+int table_alloc(struct kairos *k, struct shard *s, struct rec **out, uint32_t *index);
+struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
+struct rec_period *table_period(struct shard *s, uint32_t index);
+uint32_t table_index(struct shard *s, const struct rec *r);
+void table_retire(struct kairos *k, struct shard *s, struct rec *r);
+int table_reclaimer_start(struct kairos *k);
+void table_reclaimer_stop(struct kairos *k);
+void table_free(struct shard *s);
+
+/* shard.c */
+int shard_start(struct kairos *k, struct shard *s);
+void shard_stop(struct shard *s);
+void shard_post(struct shard *s, struct rec *r, uint64_t tick);
+void shard_wake(struct shard *s);
+void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
+kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
+void shard_end(struct shard *s, struct rec *r, uint64_t old, unsigned st);
+
+/* worker.c */
+int worker_start(struct kairos *k, struct shard *s);
+void worker_stop(struct shard *s);
+void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d);
+void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n);
+
+/* futex helpers; a state word's futex is its low half. */
+void futex_wait32(_Atomic uint32_t *word, uint32_t seen);
+void futex_wake32(_Atomic uint32_t *word, int n);
+void state_wait(_Atomic uint64_t *state, uint64_t seen);
+void state_wake(_Atomic uint64_t *state);
+
+/* Spin politely while another thread holds a record for a few instructions. */
+void cpu_relax_n(unsigned *spins);
+
+#endif /* KAIROS_INTERNAL_H */

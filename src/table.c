@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * table.c - record pools, lookup by id, and reclamation after a grace period.
+ *
+ * Each shard keeps a directory of up to 4096 chunk pointers (fixed, so a
+ * lookup never races a directory resize) and a lock-free stack of free
+ * records.  An id names its shard and index directly: a lookup is two loads
+ * and a generation compare, with no lock and no hashing.
+ *
+ * Ended records are not freed at once: a thread that looked the record up
+ * may still be about to CAS its state word or store its deadline.  They go
+ * to the shard's retired stack; the service's reclaimer thread takes them in
+ * batches, waits for an RCU grace period (synchronize_rcu of the bulletproof
+ * flavour, whose readers need no registration) and only then pushes them
+ * back on the free stack.  Every API call that touches a record holds
+ * rcu_read_lock() from lookup to its last access.
+ */
+#define _LGPL_SOURCE
+#include <urcu-bp.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static struct rec *link_get(struct rec *r)
+{
+	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
+}
+
+static void link_set(struct rec *r, struct rec *next)
+{
+	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
+}
+
+static struct rec_chunk *chunk_of(const struct rec *r)
+{
+	return (struct rec_chunk *)((uintptr_t)r & ~(uintptr_t)(CHUNK_BYTES - 1));
+}
+
+uint32_t table_index(struct shard *s, const struct rec *r)
+{
+	const struct rec_chunk *c = chunk_of(r);
+
+	(void)s;
+	return c->h.head.no << CHUNK_BITS | (uint32_t)((const struct rec *)r - &c->h.pad);
+}
+
+/* Pushes the chain @first..@last onto @head (a Treiber stack). */
+static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct rec *last)
+{
+	struct rec *old = atomic_load_explicit(head, memory_order_relaxed);
+
+	do {
+		link_set(last, old);
+		/* Release: the chain's links and states are visible to the popper. */
+	} while (!atomic_compare_exchange_weak_explicit(head, &old, first,
+							memory_order_release,
+							memory_order_relaxed));
+}
+
+/* Adds a chunk of fresh records to @s's free stack.  Slow path, locked. */
+static int grow(struct kairos *k, struct shard *s)
+{
+	struct rec_chunk *c;
+	unsigned no;
+	int rc = 0;
+
+	if (pthread_mutex_lock(&s->grow_lock))
+		kairos_die("pthread_mutex_lock");
+	/* Another thread may have grown the pool while this one waited. */
+	if (atomic_load_explicit(&s->free_head, memory_order_acquire))
+		goto out;
+	no = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
+	if (no >= MAX_CHUNKS) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	c = aligned_alloc(CHUNK_BYTES, sizeof(*c));
+	if (!c) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memset(c, 0, sizeof(*c));
+	c->h.head.no = no;
+	for (unsigned i = 0; i < CHUNK_RECS - 1; i++) {
+		/* Generation salt - 1: the first allocation bumps it to salt. */
+		atomic_init(&c->recs[i].state, (uint64_t)(k->salt - 1) << 32 | ST_FREE);
+		c->recs[i].inbox_next = i + 1 < CHUNK_RECS - 1 ? &c->recs[i + 1] : NULL;
+	}
+	/* Release: the chunk's contents before its pointer, for lookups. */
+	atomic_store_explicit(&s->chunk[no], c, memory_order_release);
+	atomic_store_explicit(&s->nchunks, no + 1, memory_order_release);
+	stack_push(&s->free_head, &c->recs[0], &c->recs[CHUNK_RECS - 2]);
+out:
+	if (pthread_mutex_unlock(&s->grow_lock))
+		kairos_die("pthread_mutex_unlock");
+	return rc;
+}
+
+/*
+ * table_alloc - takes a free record of @s and gives it its next generation
+ * (state FREE).  Call with rcu_read_lock held (the stack relies on it).
+ */
+int table_alloc(struct kairos *k, struct shard *s, struct rec **out, uint32_t *index)
+{
+	struct rec *r, *next;
+	uint64_t st;
+	uint32_t gen;
+
+	for (;;) {
+		/* Acquire pairs with the release of stack_push(). */
+		r = atomic_load_explicit(&s->free_head, memory_order_acquire);
+		while (r) {
+			next = link_get(r);
+			if (atomic_compare_exchange_weak_explicit(&s->free_head, &r, next,
+								  memory_order_acquire,
+								  memory_order_acquire))
+				goto got;
+		}
+		int rc = grow(k, s);
+
+		if (rc)
+			return rc;
+	}
+got:
+	st = atomic_load_explicit(&r->state, memory_order_relaxed);
+	gen = st_gen(st) + 1;
+	if (gen == 0)
+		gen = 1;
+	atomic_store_explicit(&r->state, (uint64_t)gen << 32 | ST_FREE, memory_order_relaxed);
+	*out = r;
+	*index = table_index(s, r);
+	return 0;
+}
+
+/*
+ * table_lookup - the record @id names, or NULL when the id cannot name one
+ * (bad shard or index); the caller still compares the generation.  Call with
+ * rcu_read_lock held.
+ */
+struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
+{
+	unsigned sh = id_shard(id);
+	uint32_t idx = id_index(id);
+	struct rec_chunk *c;
+	struct shard *s;
+
+	if (sh >= k->nshards || (idx & (CHUNK_RECS - 1)) == 0)
+		return NULL;
+	s = k->shards[sh];
+	/* Acquire pairs with grow()'s release: the records are initialised. */
+	c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS], memory_order_acquire);
+	if (!c)
+		return NULL;
+	*sp = s;
+	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+}
+
+/* The period slot of record @index, allocating its chunk's array if needed. */
+struct rec_period *table_period(struct shard *s, uint32_t index)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[index >> CHUNK_BITS],
+						   memory_order_acquire);
+	struct rec_period *p = atomic_load_explicit(&c->h.head.period, memory_order_acquire);
+
+	if (!p) {
+		if (pthread_mutex_lock(&s->grow_lock))
+			kairos_die("pthread_mutex_lock");
+		p = atomic_load_explicit(&c->h.head.period, memory_order_relaxed);
+		if (!p) {
+			p = calloc(CHUNK_RECS, sizeof(*p));
+			if (p)
+				atomic_store_explicit(&c->h.head.period, p, memory_order_release);
+		}
+		if (pthread_mutex_unlock(&s->grow_lock))
+			kairos_die("pthread_mutex_unlock");
+		if (!p)
+			return NULL;
+	}
+	return &p[index & (CHUNK_RECS - 1)];
+}
+
+static void reclaim_kick(struct kairos *k)
+{
+	atomic_fetch_add_explicit(&k->reclaim_seq, 1, memory_order_release);
+	futex_wake32(&k->reclaim_seq, 1);
+}
+/*
+ * table_retire - hands an ended record of @s to the reclaimer.  Any thread;
+ * the record must not be reachable from any queue of the service any more.
+ */
+void table_retire(struct kairos *k, struct shard *s, struct rec *r)
+{
+	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
+
+	do {
+		link_set(r, old);
+	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, r,
+							memory_order_release,
+							memory_order_relaxed));
+	/* The first record of a batch wakes the reclaimer; later ones ride along. */
+	if (!old)
+		reclaim_kick(k);
+}
+
+/* Moves every retired record back to its free stack after one grace period. */
+static bool reclaim_pass(struct kairos *k)
+{
+	struct rec *taken[MAX_SHARDS];
+	bool any = false;
+
+	for (unsigned i = 0; i < k->nshards; i++) {
+		/* Acquire pairs with table_retire()'s release. */
+		taken[i] = atomic_exchange_explicit(&k->shards[i]->retired, NULL,
+						    memory_order_acquire);
+		any |= taken[i] != NULL;
+	}
+	if (!any)
+		return false;
+	/* No reader that could still see these records survives this. */
+	synchronize_rcu();
+	for (unsigned i = 0; i < k->nshards; i++) {
+		struct rec *first = taken[i], *last = first;
+
+		if (!first)
+			continue;
+		while (link_get(last))
+			last = link_get(last);
+		stack_push(&k->shards[i]->free_head, first, last);
+	}
+	return true;
+}
+
+static void *reclaimer_main(void *arg)
+{
+	struct kairos *k = arg;
+
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
+
+		if (reclaim_pass(k))
+			continue;
+		if (atomic_load_explicit(&k->reclaim_stop, memory_order_acquire))
+			break;
+		/* Sleeps until a retire or the stop bumps the sequence. */
+		futex_wait32(&k->reclaim_seq, seq);
+	}
+	return NULL;
+}
+
+int table_reclaimer_start(struct kairos *k)
+{
+	return -pthread_create(&k->reclaimer, NULL, reclaimer_main, k);
+}
+
+void table_reclaimer_stop(struct kairos *k)
+{
+	atomic_store_explicit(&k->reclaim_stop, 1, memory_order_release);
+	reclaim_kick(k);
+	if (pthread_join(k->reclaimer, NULL))
+		kairos_die("pthread_join");
+}
+
+void table_free(struct shard *s)
+{
+	unsigned n = atomic_load_explicit(&s->nchunks, memory_order_acquire);
+
+	for (unsigned i = 0; i < n; i++) {
+		struct rec_chunk *c = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);
+
+		free(atomic_load_explicit(&c->h.head.period, memory_order_relaxed));
+		free(c);
+	}
+	atomic_store_explicit(&s->nchunks, 0, memory_order_relaxed);
+}
+
+void futex_wait32(_Atomic uint32_t *word, uint32_t seen)
+{
+	/* EAGAIN (changed already) and EINTR both mean: look again. */
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+
+void futex_wake32(_Atomic uint32_t *word, int n)
+{
+	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+/* The futex word of a state word is its low half (x86-64 is little-endian). */
+void state_wait(_Atomic uint64_t *state, uint64_t seen)
+{
+	futex_wait32((_Atomic uint32_t *)(void *)state, (uint32_t)seen);
+}
+
+void state_wake(_Atomic uint64_t *state)
+{
+	futex_wake32((_Atomic uint32_t *)(void *)state, INT_MAX);
+}
