@@ -85,6 +85,7 @@ enum rec_state {
 #define ST_WAITERS	UINT64_C(0x10)	/* kairos_cancel_sync() sleeps on the word */
 #define ST_STOP		UINT64_C(0x20)	/* periodic: cancelled while running */
 #define ST_REBASE	UINT64_C(0x40)	/* periodic: reset, take the period from the new deadline */
+#define ST_PERIODIC	UINT64_C(0x80)	/* fixed for the record's life: a periodic timer */
 #define ST_VER_SHIFT	8
 #define ST_VER_ONE	(UINT64_C(1) << ST_VER_SHIFT)
 #define ST_VER_MASK	(UINT64_C(0xffffff) << ST_VER_SHIFT)
@@ -93,9 +94,6 @@ enum rec_state {
 static inline unsigned st_of(uint64_t s) { return (unsigned)(s & ST_MASK); }
 static inline uint32_t st_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint64_t st_with(uint64_t s, unsigned st) { return (s & ~ST_MASK) | st; }
-
-/* wheel_timer.flags bits that belong to kairos (the wheel owns the low byte). */
-#define REC_F_PERIODIC	0x0100u
 
 /*
  * One timer: 64 bytes, one cache line.  @wt.deadline is in ticks; other

@@ -116,6 +116,7 @@ static struct shard *shard_new(struct kairos *k, unsigned index)
 	s->tfd = -1;
 	s->efd = -1;
 	s->thread_joined = true;	/* until a thread exists */
+	wheel_init(&s->wheel, 0);	/* teardown may drain a shard that never started */
 	if (pthread_mutex_init(&s->grow_lock, NULL) || pthread_mutex_init(&s->dq.lock, NULL) ||
 	    pthread_cond_init(&s->dq.cond, NULL))
 		kairos_die("pthread init");
@@ -309,11 +310,12 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, kairo
 		}
 		p->period_ns = period_ns;
 		p->next_ns = deadline_ns;
-		r->wt.flags = REC_F_PERIODIC;
 	}
 	st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	/* The post's release publishes the fields above with the state. */
-	atomic_store_explicit(&r->state, st_with(st, ST_PENDING) | ST_QUEUED, memory_order_relaxed);
+	atomic_store_explicit(&r->state,
+			      st_with(st, ST_PENDING) | ST_QUEUED | (period_ns ? ST_PERIODIC : 0),
+			      memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->stats.armed, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (out)
@@ -412,7 +414,7 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 			continue;
 		case ST_RUNNING:
 			*seen = old;
-			if (!(r->wt.flags & REC_F_PERIODIC) || (old & ST_STOP))
+			if (!(old & ST_PERIODIC) || (old & ST_STOP))
 				return -EBUSY;
 			/* A periodic timer must not start again once this returns. */
 			want = old | ST_STOP;
@@ -528,7 +530,7 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 		rc = -ENOENT;
 		goto out;
 	}
-	periodic = r->wt.flags & REC_F_PERIODIC;
+	periodic = old & ST_PERIODIC;
 	/* Take the record: PENDING -> RESETTING, so no one fires it meanwhile. */
 	for (;;) {
 		if (st_gen(old) != id_gen(id)) {
@@ -561,7 +563,8 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	 * cleared ST_QUEUED meanwhile, hence the CAS loop.
 	 */
 	for (;;) {
-		want = st_with((old & ~ST_VER_MASK) | ((old + ST_VER_ONE) & ST_VER_MASK), ST_PENDING);
+		/* From @held, not @old: the shard may have cleared ST_QUEUED. */
+		want = st_with((held & ~ST_VER_MASK) | ((held + ST_VER_ONE) & ST_VER_MASK), ST_PENDING);
 		if (earlier || periodic)
 			want |= ST_QUEUED;
 		if (periodic)

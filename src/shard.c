@@ -194,8 +194,12 @@ static void expire_one(struct shard *s, struct rec *r)
 		int status = 1;
 
 		if ((old & ST_QUEUED) || st_of(old) == ST_RESETTING) {
-			/* Its post (or the resetter's store) is handled first. */
-			__atomic_store_n(&r->inbox_next, s->deferred, __ATOMIC_RELAXED);
+			/*
+			 * Its post (or the resetter's store) is handled first.  The
+			 * record may be on the inbox already, so it is kept on the
+			 * wheel link, which wheel_pop() left free.
+			 */
+			r->wt.link.next = s->deferred ? &s->deferred->wt.link : NULL;
 			s->deferred = r;
 			return;
 		}
@@ -208,7 +212,7 @@ static void expire_one(struct shard *s, struct rec *r)
 			return;
 		}
 		deadline_ns = clock_tick_ns(deadline, tick_ns);
-		if (r->wt.flags & REC_F_PERIODIC) {
+		if (old & ST_PERIODIC) {
 			struct rec_period *p = table_period(s, table_index(s, r));
 			uint64_t late = s->now_ns - p->next_ns;
 
@@ -228,7 +232,7 @@ static void expire_one(struct shard *s, struct rec *r)
 			deliver(s, r, old, deadline_ns, status);
 			return;
 		}
-		if (r->wt.flags & REC_F_PERIODIC) {
+		if (old & ST_PERIODIC) {
 			/* Undo the period step; the next attempt redoes it. */
 			struct rec_period *p = table_period(s, table_index(s, r));
 
@@ -249,7 +253,7 @@ static void expire(struct shard *s)
 	while (s->deferred) {
 		struct rec *r = s->deferred;
 
-		s->deferred = r->inbox_next;
+		s->deferred = r->wt.link.next ? rec_of((struct wheel_timer *)(void *)r->wt.link.next) : NULL;
 		wheel_insert(&s->wheel, &r->wt);
 	}
 	if (s->dlen) {

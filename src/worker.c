@@ -131,7 +131,7 @@ void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d)
 {
 	struct rec *r = d->r;
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
-	bool periodic = r->wt.flags & REC_F_PERIODIC;
+	bool periodic = old & ST_PERIODIC;
 	uint64_t now;
 
 	do {
