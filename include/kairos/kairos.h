@@ -32,7 +32,11 @@ extern "C" {
 #define KAIROS_VERSION_MINOR	1
 #define KAIROS_VERSION_PATCH	0
 
-/* A timer's handle.  0 is never a valid id. */
+/*
+ * A timer's handle.  0 is never a valid id.  An id names its record and the
+ * record's 32-bit generation, so a stale id (or one of another service) is
+ * rejected with -ENOENT, except with a chance of 2^-32 per record reuse.
+ */
 typedef uint64_t kairos_id;
 
 /*
@@ -65,8 +69,9 @@ enum kairos_backend {
 #define KAIROS_DRAIN_NOTIFY	1	/* call each once with status -ECANCELED */
 
 /*
- * A zero-filled config is valid: every 0 field means its default (a clock of
- * 0, CLOCK_REALTIME, is not supported: it means CLOCK_MONOTONIC).
+ * Start from kairos_config_default().  A numeric field left 0 means its
+ * default; the clock must be set (0 is CLOCK_REALTIME, which jumps with the
+ * wall clock and is refused with -EINVAL).
  */
 struct kairos_config {
 	unsigned shards;		/* 0: one per online CPU (at most 256) */
@@ -77,7 +82,7 @@ struct kairos_config {
 	int pin_cpus;			/* non-zero: pin shard k and its workers to CPU k */
 	enum kairos_delivery delivery;
 	enum kairos_backend backend;
-	unsigned ring_entries;		/* io_uring SQ size; 0: 8 */
+	unsigned ring_entries;		/* io_uring SQ size; 0: 8; 1 works (slower) */
 };
 
 /* Counters of a service; see kairos_stats(). */
@@ -91,7 +96,8 @@ struct kairos_stats {
 	uint64_t rejected;	/* arms refused for max_timers */
 	uint64_t periodic_runs;	/* callback calls of periodic timers */
 	uint64_t early;		/* callbacks started before their deadline (always 0) */
-	uint64_t lateness_p50_ns;	/* callback start - deadline, over all calls; */
+	uint64_t lateness_p50_ns;	/* callback start - deadline (one-shot: rounded
+					 * up to its tick), over all calls; */
 	uint64_t lateness_p99_ns;	/* percentiles are bucket upper bounds */
 	uint64_t lateness_max_ns;	/* (within 1/8 of the true value) */
 	uint64_t wakeups;	/* shard loop wake-ups, all shards */
@@ -115,11 +121,17 @@ void kairos_config_default(struct kairos_config *cfg);
  *
  * Starts the shard threads and their workers.  With KAIROS_BACKEND_AUTO each
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
- * io_uring is refused (ENOSYS, EPERM, kernel.io_uring_disabled); the
- * environment variable KAIROS_BACKEND=uring|epoll overrides AUTO.
+ * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
+ * profile, kernel.io_uring_disabled); any other io_uring failure (ENOMEM
+ * included) fails the create.  The environment variable
+ * KAIROS_BACKEND=auto|uring|epoll overrides KAIROS_BACKEND_AUTO, and "uring"
+ * then means io_uring or failure.
  *
  * Context: any thread, callbacks included; blocks briefly (thread start).
- * Return: 0; -EINVAL for a NULL @out or an invalid @cfg field; -ENOMEM;
+ * Return: 0; -EINVAL for a NULL @out, an invalid @cfg field (more than 256
+ * shards or 1024 workers, a tick under 1 us, a clock other than
+ * CLOCK_MONOTONIC and CLOCK_BOOTTIME, ring_entries over 4096) or another
+ * value of $KAIROS_BACKEND; -ENOMEM;
  * -ENOSYS or -EPERM when KAIROS_BACKEND_URING is forced and io_uring is
  * refused; another -errno from a failing system call (thread, timerfd,
  * eventfd).
@@ -134,8 +146,10 @@ int kairos_create(const struct kairos_config *cfg, struct kairos **out);
  * started, and ends each timer still pending exactly once: dropped silently,
  * or its callback called once with status -ECANCELED on the calling thread.
  * After it returns, no callback of this service is running or will run.
- * Calls on a destroyed service (this one included) return -ESHUTDOWN: a
- * small header stays allocated for that purpose.
+ * Calls on a destroyed service (this one included) return -ESHUTDOWN, but
+ * kairos_stats(), which returns the final counters: a header of a few
+ * hundred bytes stays allocated for that purpose, for the life of the
+ * process.  A second, concurrent kairos_destroy() returns -ESHUTDOWN at once.
  *
  * Context: any thread except one of this service's callbacks (-EDEADLK);
  * blocks until callbacks return.
@@ -160,6 +174,7 @@ int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg, kai
 /*
  * kairos_arm_at - like kairos_arm(), at the absolute time @deadline_ns of the
  * service clock (see kairos_now()).  A deadline in the past fires at once.
+ * Return: as kairos_arm(), but never -EOVERFLOW.
  */
 int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg, kairos_id *out);
 
@@ -210,10 +225,13 @@ int kairos_cancel_sync(struct kairos *k, kairos_id id);
  *
  * Context: any thread, callbacks included (their own timer too); does not
  * block.
+ * From a timer's own callback it therefore fails: -ENOENT for a one-shot,
+ * -EBUSY for a periodic timer (arm a new timer instead).
  * Return: 0: the timer fires at the new deadline, not before; -ENOENT: the
  * timer has ended or is firing (a one-shot whose callback is starting or
  * running); -EBUSY: a periodic timer whose callback is starting or running
- * (try again after it); -EOVERFLOW, -EINVAL, -ESHUTDOWN as kairos_arm().
+ * (try again after it); -EINVAL for a NULL @k or an id of 0; -EOVERFLOW
+ * when now + @delay_ns overflows; -ESHUTDOWN after kairos_destroy().
  */
 int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns);
 
@@ -229,10 +247,14 @@ int kairos_now(struct kairos *k, uint64_t *now_ns);
  * kairos_stats - a snapshot of the service's counters.  Each counter is read
  * atomically, the set is not: while timers are armed and fire concurrently
  * the identity armed == fired + cancelled + drained + pending holds only
- * once the service is quiet.
+ * once the service is quiet (a one-shot timer counts as fired when its
+ * callback starts and stops being pending when it returns).  After
+ * kairos_destroy() has returned it gives the final counters, with pending
+ * 0 and drained set.
  *
  * Context: any thread; does not block.
- * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN after kairos_destroy().
+ * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN while kairos_destroy()
+ * runs.
  */
 int kairos_stats(struct kairos *k, struct kairos_stats *out);
 

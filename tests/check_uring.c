@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_uring.c - checks that only make sense on the io_uring backend.
+ *
+ * Every service here is created with KAIROS_BACKEND_URING, which fails
+ * rather than fall back.  When the kernel refuses io_uring (ENOSYS, EPERM
+ * from a seccomp profile, kernel.io_uring_disabled) the program says why and
+ * exits 77, which meson reports as a skip, as liburing's own tests do; the
+ * epoll backend is covered by check_service.
+ */
+#include <pthread.h>
+
+#include "t_util.h"
+
+#define T_LATE		(1500 * T_MS)
+#define T_WAIT_MS	5000
+
+static struct t_tally tt;
+
+static void t_setup(void)
+{
+	memset(&tt, 0, sizeof(tt));
+	tt.clock = CLOCK_MONOTONIC;
+}
+
+static struct kairos_config t_uring_cfg(unsigned shards)
+{
+	struct kairos_config c;
+
+	kairos_config_default(&c);
+	c.shards = shards;
+	c.backend = KAIROS_BACKEND_URING;
+	return c;
+}
+
+static struct kairos *t_create(const struct kairos_config *cfg)
+{
+	struct kairos *k = NULL;
+	int rc = kairos_create(cfg, &k);
+
+	ck_assert_msg(rc == 0, "kairos_create: %d (%s)", rc, strerror(-rc));
+	t_keep(k);
+	return k;
+}
+
+static struct kairos_stats t_stats(struct kairos *k)
+{
+	struct kairos_stats s;
+
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	return s;
+}
+
+static void t_wait_fired(uint64_t n)
+{
+	uint64_t got = t_wait_u64(&tt.fired, n, T_WAIT_MS);
+
+	ck_assert_msg(got == n, "%" PRIu64 " of %" PRIu64 " callbacks ran", got, n);
+}
+
+START_TEST(test_uring_every_shard)
+{
+	struct kairos_config c = t_uring_cfg(0);
+	struct kairos *k = t_create(&c);
+	struct kairos_stats s = t_stats(k);
+
+	ck_assert_uint_ge(s.shards, 1);
+	for (unsigned i = 0; i < s.shards; i++) {
+		const char *name = NULL, *why = NULL;
+
+		ck_assert_int_eq(kairos_backend_info(k, i, &name, &why), 0);
+		ck_assert_str_eq(name, "io_uring");
+		ck_assert_msg(why && why[0], "shard %u: no reason given", i);
+	}
+	t_check_identity(k, &tt);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+}
+END_TEST
+
+START_TEST(test_uring_never_early)
+{
+	enum { N = 2000 };
+	struct kairos_config c = t_uring_cfg(2);
+	struct kairos *k = t_create(&c);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	uint64_t seed = t_seed(1);
+
+	ck_assert_ptr_nonnull(tm);
+	for (int i = 0; i < N; i++) {
+		uint64_t d = t_rand_below(&seed, 30 * T_MS + 1);
+
+		if (i % 4 == 0)
+			ck_assert_int_eq(t_arm_at(k, &tt, &tm[i], t_now(k) + d), 0);
+		else
+			ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
+	}
+	for (int i = 0; i < N; i += 9)
+		t_book_cancel(&tt, &tm[i], kairos_cancel(k, tm[i].id));
+	t_wait_fired(t_u64(&tt.armed) - t_u64(&tt.cancelled));
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(tm[i].runs + tm[i].cancel_ok, 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	free(tm);
+}
+END_TEST
+
+/*
+ * Tickless: with nothing due, a shard sleeps in the kernel and its counters
+ * stand still.  Measured after a settling delay, since arming and firing
+ * wake shards up.
+ */
+static void t_idle_check(struct kairos *k, const char *what)
+{
+	struct kairos_stats a, b;
+
+	t_sleep_ms(50);
+	a = t_stats(k);
+	t_sleep_ms(300);
+	b = t_stats(k);
+	ck_assert_msg(b.wakeups == a.wakeups, "%s: %" PRIu64 " wake-ups in 300 ms idle", what,
+		      b.wakeups - a.wakeups);
+	ck_assert_msg(b.timer_sets == a.timer_sets,
+		      "%s: %" PRIu64 " timerfd_settime() in 300 ms idle", what,
+		      b.timer_sets - a.timer_sets);
+}
+
+START_TEST(test_uring_idle_no_wakeups)
+{
+	enum { N = 1000 };
+	struct kairos_config c = t_uring_cfg(2);
+	struct kairos *k = t_create(&c);
+	struct t_timer *tm = calloc(N + 1, sizeof(*tm));
+	struct kairos_stats a, b;
+
+	ck_assert_ptr_nonnull(tm);
+	t_idle_check(k, "fresh service");
+
+	/*
+	 * A burst due in order, 100 ms out, each later than the one before:
+	 * the earliest deadline never moves earlier, so the timerfd needs
+	 * setting about once per tick that has timers, not once per timer.
+	 */
+	a = t_stats(k);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 100 * T_MS + (uint64_t)i * 10 * T_US), 0);
+	t_wait_fired(N);
+	b = t_stats(k);
+	ck_assert_msg(b.timer_sets - a.timer_sets <= 200,
+		      "%" PRIu64 " timerfd_settime() calls for %d timers over 10 ms",
+		      b.timer_sets - a.timer_sets, N);
+	t_idle_check(k, "after a burst");
+
+	/* A far timer pending does not make the shards tick either. */
+	ck_assert_int_eq(t_arm(k, &tt, &tm[N], 60 * T_SEC), 0);
+	t_idle_check(k, "one timer 60 s out");
+	t_book_cancel(&tt, &tm[N], kairos_cancel(k, tm[N].id));
+	ck_assert_int_eq(tm[N].cancel_ok, 1);
+	t_idle_check(k, "after the cancel");
+
+	t_check_calls(&tt, T_LATE);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	free(tm);
+}
+END_TEST
+
+#define BURST_THREADS	4
+#define BURST_PER	2000
+
+struct t_burst {
+	struct kairos *k;
+	struct t_timer *tm;
+	uint64_t seed;
+};
+
+static void *t_burst_thread(void *arg)
+{
+	struct t_burst *b = arg;
+
+	for (int i = 0; i < BURST_PER; i++)
+		if (t_arm(b->k, &tt, &b->tm[i], t_rand_below(&b->seed, 2 * T_MS)) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	return NULL;
+}
+
+/* Ring sizes for the loop test below, one run each. */
+static const unsigned t_ring_sizes[] = { 1, 2, 4 };
+
+START_TEST(test_uring_tiny_ring_burst)
+{
+	struct kairos_config c = t_uring_cfg(2);
+	struct t_timer *tm = calloc(BURST_THREADS * BURST_PER, sizeof(*tm));
+	struct t_burst b[BURST_THREADS];
+	pthread_t th[BURST_THREADS];
+	struct kairos *k;
+
+	ck_assert_ptr_nonnull(tm);
+	t_setup();
+	/* Far fewer submission entries than requests in flight. */
+	c.ring_entries = t_ring_sizes[_i];
+	k = t_create(&c);
+	for (int i = 0; i < BURST_THREADS; i++) {
+		b[i] = (struct t_burst){ .k = k, .tm = &tm[i * BURST_PER],
+					 .seed = t_seed(10 + (uint64_t)i) };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, t_burst_thread, &b[i]), 0);
+	}
+	for (int i = 0; i < BURST_THREADS; i++)
+		pthread_join(th[i], NULL);
+	t_wait_fired(BURST_THREADS * BURST_PER);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	free(tm);
+}
+END_TEST
+
+/*
+ * Creates and destroys a forced-io_uring service; returns 0, or the refusal
+ * to report as a skip.
+ */
+static int t_probe(void)
+{
+	struct kairos_config c = t_uring_cfg(1);
+	struct kairos *k = NULL;
+	int rc = kairos_create(&c, &k);
+
+	if (rc == 0) {
+		t_keep(k);
+		kairos_destroy(k, KAIROS_DRAIN_DROP);
+	}
+	return rc;
+}
+
+int main(void)
+{
+	Suite *s;
+	SRunner *sr;
+	TCase *tc;
+	int rc = t_probe(), failed;
+
+	switch (rc) {
+	case 0:
+		break;
+	case -ENOSYS:
+	case -EPERM:
+	case -EACCES:
+	case -EOPNOTSUPP:
+	case -ENOMEM:	/* RLIMIT_MEMLOCK on kernels before 5.12 */
+		printf("io_uring refused by the kernel (%s): skipping\n", strerror(-rc));
+		return 77;
+	default:
+		printf("kairos_create(KAIROS_BACKEND_URING) failed: %d (%s)\n", rc, strerror(-rc));
+		return EXIT_FAILURE;
+	}
+
+	s = suite_create("uring");
+	tc = tcase_create("uring");
+	tcase_add_checked_fixture(tc, t_setup, NULL);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_uring_every_shard);
+	tcase_add_test(tc, test_uring_never_early);
+	tcase_add_test(tc, test_uring_idle_no_wakeups);
+	tcase_add_loop_test(tc, test_uring_tiny_ring_burst, 0,
+			    (int)(sizeof(t_ring_sizes) / sizeof(t_ring_sizes[0])));
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * t_util.h - helpers shared by the service test programs (check_service,
+ * check_uring).
+ *
+ * Real-clock tests on a shared, noisy machine: every "never early" check is
+ * a strict lower bound, every upper bound is generous, and nothing asserts
+ * speed.  Callbacks never call ck_assert(): they run on the service's
+ * threads, where a failing assertion would exit the process without saying
+ * which timer misbehaved (or, without fork mode, longjmp across threads).
+ * They record what they saw in atomics instead, and the test thread asserts
+ * on those once the callbacks are done.
+ */
+#ifndef KAIROS_T_UTIL_H
+#define KAIROS_T_UTIL_H
+
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kairos/kairos.h>
+
+#define T_MS	1000000ull
+#define T_US	1000ull
+#define T_SEC	1000000000ull
+
+/*
+ * What a test itself counted, to be compared with kairos_stats().  The
+ * meanings follow struct kairos_stats: @armed counts arms that returned 0,
+ * @fired calls of one-shot callbacks with a status > 0, @cancelled cancels
+ * that returned 0 plus periodic timers stopped by a cancel while running
+ * (-EBUSY or -EDEADLK; once per timer), @periodic_runs calls of periodic
+ * callbacks with a status > 0.  The rest are the callbacks' findings.
+ */
+struct t_tally {
+	atomic_uint_least64_t armed;
+	atomic_uint_least64_t fired;
+	atomic_uint_least64_t cancelled;
+	atomic_uint_least64_t periodic_runs;
+	atomic_uint_least64_t notified;	/* calls with status -ECANCELED */
+	atomic_uint_least64_t early;	/* calls that started before their deadline */
+	atomic_uint_least64_t bad;	/* unexpected statuses, ids or results */
+	atomic_uint_least64_t late_max;	/* worst lateness seen, ns */
+	atomic_uint_least64_t early_by;	/* worst earliness seen, ns */
+	clockid_t clock;		/* the service clock the deadlines use */
+};
+
+#define T_CALLS	8
+
+/*
+ * One timer as the test sees it.  @base is the earliest time the timer may
+ * run: for a one-shot timer its deadline (the service clock read before
+ * arming, plus the delay), for a periodic one the clock read before arming;
+ * the call that brings the covered expirations to S may not start before
+ * base + S * period.  A base of 0 turns the check in the callback off, for
+ * tests that move deadlines and check afterwards from @first_ns.
+ */
+struct t_timer {
+	struct t_tally *tally;
+	uint64_t base;
+	uint64_t period;		/* 0 for a one-shot timer */
+	uint64_t deadline;		/* as armed: clock before the call + delay */
+	kairos_id id;			/* as returned by the arm call */
+	atomic_uint_least64_t cb_id;	/* as passed to the callback */
+	atomic_int entered;		/* calls with status > 0 that began */
+	atomic_int runs;		/* ... and got past their bookkeeping */
+	atomic_int covered;		/* sum of those statuses */
+	atomic_int max_status;
+	atomic_int notified;		/* calls with -ECANCELED */
+	atomic_int cancel_ok;		/* cancels of it that returned 0 */
+	atomic_int stopped;		/* periodic: a cancel stopped it while running */
+	atomic_uint_least64_t first_ns;	/* start of the first call with status > 0 */
+	atomic_uint_least64_t last_ns;	/* start of the latest one */
+	atomic_uint_least64_t at[T_CALLS];	/* starts of the first calls */
+	atomic_int st[T_CALLS];		/* and their statuses */
+	int rc;				/* scratch for the test */
+};
+
+/* Plain loads, as functions so that failed assertions print what was read. */
+static inline int t_int(atomic_int *p)
+{
+	return atomic_load(p);
+}
+
+static inline uint64_t t_u64(atomic_uint_least64_t *p)
+{
+	return atomic_load(p);
+}
+
+static inline uint64_t t_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * T_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t t_mono(void)
+{
+	return t_ns(CLOCK_MONOTONIC);
+}
+
+static inline void t_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / T_SEC),
+			       .tv_nsec = (long)(ns % T_SEC) };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static inline void t_sleep_ms(unsigned ms)
+{
+	t_sleep_ns((uint64_t)ms * T_MS);
+}
+
+/* xorshift64*: seeded per test and per thread so a failure can be re-run. */
+static inline uint64_t t_rand(uint64_t *s)
+{
+	uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+static inline uint64_t t_rand_below(uint64_t *s, uint64_t n)
+{
+	return n ? t_rand(s) % n : 0;
+}
+
+/* The seed a test starts from: $T_SEED when set, else a fixed one. */
+static inline uint64_t t_seed(uint64_t salt)
+{
+	const char *e = getenv("T_SEED");
+	uint64_t s = e ? strtoull(e, NULL, 0) : 0x5eedf00dull;
+
+	return (s ^ (salt * 0x9e3779b97f4a7c15ull)) | 1;
+}
+
+static inline void t_atomic_max(atomic_uint_least64_t *v, uint64_t x)
+{
+	uint64_t cur = atomic_load_explicit(v, memory_order_relaxed);
+
+	while (x > cur &&
+	       !atomic_compare_exchange_weak_explicit(v, &cur, x, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+/* Waits until *@v >= @want, for at most @ms; returns the last value read. */
+static inline uint64_t t_wait_u64(atomic_uint_least64_t *v, uint64_t want, unsigned ms)
+{
+	uint64_t end = t_mono() + (uint64_t)ms * T_MS;
+	uint64_t x;
+
+	while ((x = atomic_load(v)) < want && t_mono() < end)
+		t_sleep_ns(200 * T_US);
+	return x;
+}
+
+static inline int t_wait_int(atomic_int *v, int want, unsigned ms)
+{
+	uint64_t end = t_mono() + (uint64_t)ms * T_MS;
+	int x;
+
+	while ((x = atomic_load(v)) < want && t_mono() < end)
+		t_sleep_ns(200 * T_US);
+	return x;
+}
+
+/* Threads of this process, from /proc/self/task. */
+static inline int t_count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * Waits up to @ms for the thread count to come back to @want: a joined
+ * thread may linger in /proc for a moment after pthread_join() returns,
+ * because the kernel clears the join futex before it reaps the task.
+ */
+static inline int t_wait_threads(int want, unsigned ms)
+{
+	uint64_t end = t_mono() + (uint64_t)ms * T_MS;
+	int n;
+
+	while ((n = t_count_threads()) != want && t_mono() < end)
+		t_sleep_ms(1);
+	return n;
+}
+
+static inline void *t_noop_thread(void *arg)
+{
+	return arg;
+}
+
+/*
+ * The thread count to compare against, taken after starting and joining one
+ * thread of our own: TSan starts its background thread at a process's first
+ * pthread_create(), and that thread is not the service's.
+ */
+static inline int t_thread_baseline(void)
+{
+	pthread_t th;
+
+	ck_assert_int_eq(pthread_create(&th, NULL, t_noop_thread, NULL), 0);
+	pthread_join(th, NULL);
+	/* Our joined thread may linger in /proc a moment; take the count once it has gone. */
+	for (int i = 0, prev = -1, n; i < 200; i++, prev = n) {
+		n = t_count_threads();
+		if (n == prev)
+			return n;
+		t_sleep_ms(2);
+	}
+	return t_count_threads();
+}
+
+static inline void t_timer_init(struct t_timer *t, struct t_tally *tally, uint64_t base,
+				uint64_t period)
+{
+	memset(t, 0, sizeof(*t));
+	t->tally = tally;
+	t->base = base;
+	t->period = period;
+}
+
+/*
+ * The callback of struct t_timer: counts the call, checks the id and the
+ * status, and checks it did not start before its deadline.
+ */
+static inline void t_cb(void *arg, kairos_id id, int status)
+{
+	struct t_timer *t = arg;
+	struct t_tally *ta = t->tally;
+	uint64_t now = t_ns(ta->clock);
+	int entered, covered;
+
+	atomic_store(&t->cb_id, id);
+	if (status == -ECANCELED) {
+		atomic_fetch_add(&t->notified, 1);
+		atomic_fetch_add(&ta->notified, 1);
+		return;
+	}
+	if (status <= 0) {
+		atomic_fetch_add(&ta->bad, 1);
+		return;
+	}
+
+	entered = atomic_fetch_add(&t->entered, 1) + 1;
+	covered = atomic_fetch_add(&t->covered, status) + status;
+	if (entered == 1)
+		atomic_store(&t->first_ns, now);
+	atomic_store(&t->last_ns, now);
+	if (entered <= T_CALLS) {
+		atomic_store(&t->at[entered - 1], now);
+		atomic_store(&t->st[entered - 1], status);
+	}
+	if (status > atomic_load(&t->max_status))
+		atomic_store(&t->max_status, status);
+	/* A one-shot timer runs once, covering one expiration. */
+	if (t->period == 0 && (status != 1 || entered != 1))
+		atomic_fetch_add(&ta->bad, 1);
+	if (t->base) {
+		uint64_t need = t->base + (uint64_t)covered * t->period;
+
+		if (now < need) {
+			atomic_fetch_add(&ta->early, 1);
+			t_atomic_max(&ta->early_by, need - now);
+		} else {
+			t_atomic_max(&ta->late_max, now - need);
+		}
+	}
+	/*
+	 * Published last: a test that saw @runs or the tally move may read
+	 * everything above, and may re-arm @t, which this call no longer reads.
+	 */
+	atomic_fetch_add(&t->runs, 1);
+	atomic_fetch_add(t->period ? &ta->periodic_runs : &ta->fired, 1);
+}
+
+/*
+ * kairos_destroy() keeps a small header allocated so that later calls can
+ * answer -ESHUTDOWN (kairos.h).  A program keeps its pointer to it; the
+ * tests keep theirs here, past the end of the test function, so that
+ * LeakSanitizer reports real leaks and not that header.
+ */
+#define T_KEPT	1024
+static struct kairos *t_kept[T_KEPT];
+static atomic_uint t_nkept;
+
+static inline void t_keep(struct kairos *k)
+{
+	if (k)
+		t_kept[atomic_fetch_add(&t_nkept, 1) % T_KEPT] = k;
+}
+
+/* The service clock, asserted to work. */
+static inline uint64_t t_now(struct kairos *k)
+{
+	uint64_t now = 0;
+	int rc = kairos_now(k, &now);
+
+	ck_assert_msg(rc == 0, "kairos_now: %d", rc);
+	return now;
+}
+
+/*
+ * Arms @t as a one-shot timer @delay_ns from now with callback @fn (t_cb or
+ * a wrapper around it; @t is its argument), its deadline taken from the
+ * service clock read before the call.  With @check false the callback does
+ * not judge earliness (the test moves the deadline and judges afterwards
+ * from @first_ns).  Returns the arm's result; counts a success.
+ */
+static inline int t_arm_fn(struct kairos *k, struct t_tally *ta, struct t_timer *t,
+			   uint64_t delay_ns, kairos_fn fn, bool check)
+{
+	uint64_t before = 0;
+	int rc;
+
+	if (kairos_now(k, &before) != 0)
+		atomic_fetch_add(&ta->bad, 1);
+	t_timer_init(t, ta, check ? before + delay_ns : 0, 0);
+	t->deadline = before + delay_ns;
+	rc = kairos_arm(k, delay_ns, fn, t, &t->id);
+	if (rc == 0)
+		atomic_fetch_add(&ta->armed, 1);
+	return rc;
+}
+
+static inline int t_arm(struct kairos *k, struct t_tally *ta, struct t_timer *t, uint64_t delay_ns)
+{
+	return t_arm_fn(k, ta, t, delay_ns, t_cb, true);
+}
+
+static inline int t_arm_at(struct kairos *k, struct t_tally *ta, struct t_timer *t,
+			   uint64_t deadline)
+{
+	int rc;
+
+	/* A base of 0 would mean "do not check": deadline 0 checks against 1. */
+	t_timer_init(t, ta, deadline ? deadline : 1, 0);
+	t->deadline = deadline;
+	rc = kairos_arm_at(k, deadline, t_cb, t, &t->id);
+	if (rc == 0)
+		atomic_fetch_add(&ta->armed, 1);
+	return rc;
+}
+
+static inline int t_arm_every_fn(struct kairos *k, struct t_tally *ta, struct t_timer *t,
+				 uint64_t period, kairos_fn fn, bool check)
+{
+	uint64_t before = 0;
+	int rc;
+
+	if (kairos_now(k, &before) != 0)
+		atomic_fetch_add(&ta->bad, 1);
+	t_timer_init(t, ta, check ? before : 0, period);
+	t->deadline = before + period;
+	rc = kairos_arm_every(k, period, fn, t, &t->id);
+	if (rc == 0)
+		atomic_fetch_add(&ta->armed, 1);
+	return rc;
+}
+
+static inline int t_arm_every(struct kairos *k, struct t_tally *ta, struct t_timer *t,
+			      uint64_t period)
+{
+	return t_arm_every_fn(k, ta, t, period, t_cb, true);
+}
+
+/*
+ * Books the result @rc of a cancel (or cancel_sync) of @t: 0 ends the timer;
+ * for a periodic timer -EBUSY and -EDEADLK stop it too, once.
+ */
+static inline void t_book_cancel(struct t_tally *ta, struct t_timer *t, int rc)
+{
+	if (rc == 0) {
+		atomic_fetch_add(&t->cancel_ok, 1);
+		atomic_fetch_add(&ta->cancelled, 1);
+	} else if (t->period && (rc == -EBUSY || rc == -EDEADLK)) {
+		if (atomic_exchange(&t->stopped, 1) == 0)
+			atomic_fetch_add(&ta->cancelled, 1);
+	}
+}
+
+static inline int t_cancel(struct kairos *k, struct t_tally *ta, struct t_timer *t)
+{
+	int rc = kairos_cancel(k, t->id);
+
+	t_book_cancel(ta, t, rc);
+	return rc;
+}
+
+static inline int t_cancel_sync(struct kairos *k, struct t_tally *ta, struct t_timer *t)
+{
+	int rc = kairos_cancel_sync(k, t->id);
+
+	t_book_cancel(ta, t, rc);
+	return rc;
+}
+
+/* The callbacks' findings: nothing early, nothing odd, lateness bounded. */
+static inline void t_check_calls(struct t_tally *ta, uint64_t late_bound_ns)
+{
+	ck_assert_msg(atomic_load(&ta->early) == 0,
+		      "%" PRIu64 " callbacks started early (worst by %" PRIu64 " ns)",
+		      (uint64_t)atomic_load(&ta->early), (uint64_t)atomic_load(&ta->early_by));
+	ck_assert_msg(atomic_load(&ta->bad) == 0, "%" PRIu64 " unexpected statuses or results",
+		      (uint64_t)atomic_load(&ta->bad));
+	if (late_bound_ns)
+		ck_assert_msg(atomic_load(&ta->late_max) <= late_bound_ns,
+			      "a callback started %" PRIu64 " ns late (bound %" PRIu64 ")",
+			      (uint64_t)atomic_load(&ta->late_max), late_bound_ns);
+}
+
+static inline bool t_stats_match(const struct kairos_stats *s, struct t_tally *ta)
+{
+	return s->armed == atomic_load(&ta->armed) && s->fired == atomic_load(&ta->fired) &&
+	       s->cancelled == atomic_load(&ta->cancelled) &&
+	       s->periodic_runs == atomic_load(&ta->periodic_runs) &&
+	       s->armed == s->fired + s->cancelled + s->drained + s->pending;
+}
+
+/*
+ * The stats identity, checked once the service is quiet: armed == fired +
+ * cancelled + drained + pending, the counters equal the test's own tallies,
+ * and no callback started early.  The caller has already waited for its own
+ * counters; the service may still be finishing the bookkeeping around a
+ * callback that returned, so the snapshot is retried for a while before the
+ * assertions judge the last one.  Returns the snapshot.
+ */
+static inline struct kairos_stats t_check_identity(struct kairos *k, struct t_tally *ta)
+{
+	struct kairos_stats s;
+	uint64_t end = t_mono() + 3 * T_SEC;
+	int rc;
+
+	for (;;) {
+		memset(&s, 0, sizeof(s));
+		rc = kairos_stats(k, &s);
+		ck_assert_msg(rc == 0, "kairos_stats: %d", rc);
+		if (t_stats_match(&s, ta) || t_mono() > end)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_msg(s.armed == s.fired + s.cancelled + s.drained + s.pending,
+		      "identity: armed %" PRIu64 " != fired %" PRIu64 " + cancelled %" PRIu64
+		      " + drained %" PRIu64 " + pending %" PRIu64,
+		      s.armed, s.fired, s.cancelled, s.drained, s.pending);
+	ck_assert_msg(s.armed == atomic_load(&ta->armed), "armed: stats %" PRIu64 ", test %" PRIu64,
+		      s.armed, (uint64_t)atomic_load(&ta->armed));
+	ck_assert_msg(s.fired == atomic_load(&ta->fired), "fired: stats %" PRIu64 ", test %" PRIu64,
+		      s.fired, (uint64_t)atomic_load(&ta->fired));
+	ck_assert_msg(s.cancelled == atomic_load(&ta->cancelled),
+		      "cancelled: stats %" PRIu64 ", test %" PRIu64, s.cancelled,
+		      (uint64_t)atomic_load(&ta->cancelled));
+	ck_assert_msg(s.periodic_runs == atomic_load(&ta->periodic_runs),
+		      "periodic_runs: stats %" PRIu64 ", test %" PRIu64, s.periodic_runs,
+		      (uint64_t)atomic_load(&ta->periodic_runs));
+	ck_assert_msg(s.early == 0, "stats.early = %" PRIu64, s.early);
+	ck_assert_msg(s.drained == 0, "stats.drained = %" PRIu64 " before destroy", s.drained);
+	ck_assert_msg(atomic_load(&ta->early) == 0,
+		      "%" PRIu64 " callbacks started early (worst by %" PRIu64 " ns)",
+		      (uint64_t)atomic_load(&ta->early), (uint64_t)atomic_load(&ta->early_by));
+	ck_assert_msg(atomic_load(&ta->bad) == 0, "%" PRIu64 " unexpected statuses or results",
+		      (uint64_t)atomic_load(&ta->bad));
+	return s;
+}
+
+#endif /* KAIROS_T_UTIL_H */
