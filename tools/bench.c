@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench.c - helpers shared by every mode of kairos-bench; see bench.h.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+bool bench_progress_on;
+
+void bench_die_at(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "kairos-bench: %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+/*
+ * The memset, rather than calloc(), is the point: it faults every page in
+ * now, so that no timed loop pays for the kernel handing out fresh pages.
+ */
+void *bench_alloc(size_t size)
+{
+	size_t rounded = (size + BENCH_ALIGN - 1) / BENCH_ALIGN * BENCH_ALIGN;
+	void *p;
+
+	if (rounded == 0)
+		rounded = BENCH_ALIGN;
+	/* rounded < size: the rounding wrapped around. */
+	p = rounded < size ? NULL : aligned_alloc(BENCH_ALIGN, rounded);
+	if (!p) {
+		fprintf(stderr, "kairos-bench: cannot allocate %zu bytes\n", size);
+		exit(1);
+	}
+	memset(p, 0, rounded);
+	return p;
+}
+
+void rng_permutation(struct bench_rng *r, uint32_t *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = (uint32_t)i;
+	for (size_t i = n - 1; i > 0 && n > 1; i--) {
+		size_t j = rng_below(r, (uint32_t)(i + 1));
+		uint32_t x = v[i];
+
+		v[i] = v[j];
+		v[j] = x;
+	}
+}
+
+int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v, e;
+	char *end;
+
+	/* strtoull() would accept leading blanks and a minus sign. */
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	if (*end == 'e' || *end == 'E') {
+		const char *x = end + 1;
+
+		if (*x < '0' || *x > '9')
+			return -EINVAL;
+		e = strtoull(x, &end, 10);
+		if (errno || e > 19)
+			return -ERANGE;
+		while (e--) {
+			if (v > UINT64_MAX / 10)
+				return -ERANGE;
+			v *= 10;
+		}
+	}
+	if (*end != '\0')
+		return -EINVAL;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+int bench_parse_double(const char *s, double min, double max, double *out)
+{
+	const char *p = s;
+	double v;
+	char *end;
+
+	/* strtod() would take blanks, signs, hex, exponents, "inf" and "nan". */
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (*p == '.')
+		p++;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (p == s || *p != '\0' || (*s == '.' && s[1] == '\0'))
+		return -EINVAL;
+	v = strtod(s, &end);
+	if (end != p)
+		return -EINVAL;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+void bench_progress(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!bench_progress_on)
+		return;
+	/* Carriage return and erase-line: one status line, rewritten. */
+	fputs("\r\033[K", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fflush(stderr);
+}
+
+void bench_progress_done(void)
+{
+	if (bench_progress_on) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+	}
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_median(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), bench_cmp_double);
+	if (n % 2)
+		return v[n / 2];
+	return (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void bench_goal_le(char *buf, size_t len, double goal, double value, bool judged)
+{
+	if (goal <= 0 || !judged)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "<= %.0f %s", goal, value <= goal ? "met" : "MISSED");
+}

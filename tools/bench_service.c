@@ -1,0 +1,1379 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_service.c - kairos-bench mode "service".
+ *
+ *	kairos-bench service [options]
+ *
+ * The kairos service through its public API, called from the main thread,
+ * which is not a shard thread: what a server's own threads would pay.  Each
+ * run creates fresh services (cfg.shards from --shards, everything else the
+ * defaults: 2 workers per shard, 1 ms tick, worker delivery, backend probed)
+ * and measures, at N pending timers:
+ *
+ *   arm (fresh pool)  N kairos_arm(), delays U[10 s, 60 s] (idle timeouts that
+ *                     do not fire during the run), into a service that has
+ *                     never held a timer: its record pool grows, and the
+ *                     page faults of the new chunks are timed.
+ *   arm               the same N arms after those N were cancelled and their
+ *                     records came back to the pool: the steady state of a
+ *                     server, records in a scattered order.  Judged.
+ *   push-later        kairos_reset() of each (random order) to its deadline
+ *                     + U[1, 1000] ms.
+ *   push-earlier      then kairos_reset() of each (random order) to 2 ms +
+ *                     U[1, 1000] ms before that: still seconds away.
+ *   cancel            then kairos_cancel() of each (random order); every one
+ *                     must return 0.
+ *   CAS (floor)       one atomic compare-and-swap on a random 64-byte slot
+ *                     of an N-slot array per op, in the cancel's order: the
+ *                     memory alone, as the wheel mode's floors.  An API call
+ *                     costs at least this: it must CAS the record's state.
+ *   clock+CAS (floor) the same with a clock_gettime() before each CAS, as
+ *                     kairos_arm() and kairos_reset() must read the clock
+ *                     for now + delay.  The vDSO orders its TSC read after
+ *                     all earlier loads (rdtscp or lfence), so no two ops'
+ *                     cache misses overlap any more: this is the floor of a
+ *                     call that reads the clock and then touches a random
+ *                     record, and the gap to the plain CAS is what that
+ *                     ordering costs on this machine.
+ *
+ * kairos_reset() takes a delay, not a deadline, so the pushes read the
+ * clock every 1024 operations and turn each absolute target into a delay
+ * from that reading: a push-later is later by construction, and a
+ * push-earlier is certainly earlier (by a whole tick) unless a block of 1024
+ * took longer than 2 ms; the table says how many were not, if any.
+ *
+ *   expiry            N timers armed (kairos_arm_at) to deadlines U[0, 50 ms]
+ *                     after a start far enough out that the arming is done
+ *                     first; the rate is N over the time from the first
+ *                     callback to the last, total and per shard.  When that
+ *                     time is barely the 50 ms window, the service kept up
+ *                     with the deadlines and the rate is a lower bound.  The
+ *                     CPU per timer is the whole process's (shards, workers)
+ *                     from the end of arming to the last callback.
+ *   lateness          20000 timers, delays U[1, 200] ms, armed while the N of
+ *                     the memory rows are pending; each callback records
+ *                     CLOCK_MONOTONIC minus the deadline it was meant for
+ *                     (kairos_now() + delay, read before arming): p50, p99,
+ *                     max, and how many ran early (must be 0); then the
+ *                     service's own kairos_stats() p99 and early count.
+ *                     The service measures from the deadline rounded up to
+ *                     its tick, so its p99 leaves out up to one tick and is
+ *                     not judged; the goal (one tick + 0.2 ms) is for the
+ *                     lateness the caller sees.
+ *   bytes/timer       resident memory (/proc/self/statm) after arming N far
+ *                     timers minus before, over N (judged); the expectation
+ *                     from sizeof (one 64-byte record, plus a 4096th for
+ *                     each chunk's header slot); what stays resident after
+ *                     kairos_destroy(), over N.  malloc_trim(0) first, so
+ *                     memory freed by earlier runs is not counted as reused.
+ *   CPU/1e6 mixed     getrusage(RUSAGE_SELF) user + sys, all threads, over
+ *                     1e6 operations on a pool of N pending (40% push-later,
+ *                     30% arm, 30% cancel, random members) until the service
+ *                     is quiet again, in ms per 1e6 operations; and the shard
+ *                     wake-ups per second during those operations.
+ *   idle wake-ups     kairos_stats().wakeups over 1 s of sleep, for a service
+ *                     with no timers and for the one holding the N pending:
+ *                     must be 0.
+ *
+ * Then, once and not per N, 2 shards against 1: --threads threads (default
+ * 2) each arm and cancel far timers through a window of 1000 pending, for
+ * cfg.shards = 1 and 2: operations per second, and the ratio.
+ *
+ * Times are CLOCK_MONOTONIC around whole loops.  The inputs of each timed
+ * loop are lists read in order, so that only the records are touched at
+ * random.  Between phases the bench waits until the process is quiet (under
+ * 1 ms of CPU in 5 ms), so that a phase does not pay for the shards still
+ * filing the previous one's requests.  The table shows medians over the runs,
+ * but the worst run for the lateness max and the idle wake-ups and the sum
+ * for the early counts, after one untimed warm-up run per size.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kairos/kairos.h>
+
+#include "bench.h"
+#include "internal.h"	/* struct rec and CHUNK_RECS: the bytes a timer should cost */
+
+#define SB_GOAL_N	1000000u	/* the N the goals are set at */
+#define SB_MAX_N	10000000u
+#define SB_MAX_SIZES	8
+#define SB_MS		UINT64_C(1000000)
+#define SB_S		UINT64_C(1000000000)
+#define SB_FAR_MIN	(10 * SB_S)	/* far timers: U[SB_FAR_MIN, + SB_FAR_SPAN) */
+#define SB_FAR_SPAN	(50 * SB_S)
+#define SB_PUSH_MIN	SB_MS		/* pushes move U[1, 1000] ms */
+#define SB_PUSH_SPAN	(999 * SB_MS)
+#define SB_EARLIER_PAD	(2 * SB_MS)	/* a push-earlier goes this much further */
+#define SB_BLOCK	1024u		/* operations per clock reading in the pushes */
+#define SB_EXP_WINDOW	(50 * SB_MS)	/* expiry deadlines U[0, this) after the start */
+#define SB_LAT_TIMERS	20000u
+#define SB_LAT_MAX_DELAY (200 * SB_MS)
+#define SB_MIX_OPS	1000000u
+#define SB_SCALE_OPS	1000000u	/* per thread */
+#define SB_SCALE_WINDOW	1000u		/* pending per thread */
+#define SB_MAX_THREADS	64u
+#define SB_WAIT_LIMIT	(60 * SB_S)	/* no callback wait may take longer */
+
+/* Table order. */
+enum sb_row {
+	SB_ARM_FRESH,
+	SB_ARM,
+	SB_LATER,
+	SB_EARLIER,
+	SB_CANCEL,
+	SB_FLOOR,
+	SB_FLOOR_CLOCK,
+	SB_EXP_RATE,
+	SB_EXP_SHARD,
+	SB_EXP_CPU,
+	SB_LAT_P50,
+	SB_LAT_P99,
+	SB_LAT_MAX,
+	SB_LAT_EARLY,
+	SB_LAT_P99_STATS,
+	SB_LAT_EARLY_STATS,
+	SB_BYTES,
+	SB_BYTES_SIZEOF,
+	SB_BYTES_AFTER,
+	SB_MIX_CPU,
+	SB_MIX_WAKE,
+	SB_IDLE_NONE,
+	SB_IDLE_PENDING,
+	SB_NROWS
+};
+
+enum sb_goal_kind {
+	SB_NO_GOAL,
+	SB_LE,		/* value <= goal, judged at N = SB_GOAL_N */
+	SB_ZERO,	/* value == 0, judged at every N */
+};
+
+enum sb_agg {
+	SB_MEDIAN,
+	SB_MAX,
+	SB_SUM,
+};
+
+static const struct sb_row_info {
+	const char *name;
+	const char *unit;
+	int prec;
+	enum sb_agg agg;
+	enum sb_goal_kind kind;
+	double goal;		/* SB_LE; for the lateness p99: set at run time */
+} sb_rows[SB_NROWS] = {
+	[SB_ARM_FRESH] = { "arm (fresh pool)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_ARM] = { "arm", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
+	[SB_LATER] = { "push-later", "ns/op", 1, SB_MEDIAN, SB_LE, 30 },
+	[SB_EARLIER] = { "push-earlier", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_CANCEL] = { "cancel", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
+	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_FLOOR_CLOCK] = { "clock+CAS (floor)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_RATE] = { "expiry", "M/s", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_SHARD] = { "expiry per shard", "M/s", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_CPU] = { "expiry CPU", "ns/timer", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_P50] = { "lateness p50", "us", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_P99] = { "lateness p99", "us", 1, SB_MEDIAN, SB_LE, 0 },
+	[SB_LAT_MAX] = { "lateness max", "us", 1, SB_MAX, SB_NO_GOAL, 0 },
+	[SB_LAT_EARLY] = { "early", "calls", 0, SB_SUM, SB_ZERO, 0 },
+	[SB_LAT_P99_STATS] = { "lateness p99 (stats)", "us", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_EARLY_STATS] = { "early (stats)", "calls", 0, SB_SUM, SB_ZERO, 0 },
+	[SB_BYTES] = { "bytes/timer (RSS)", "B", 2, SB_MEDIAN, SB_LE, 64 },
+	[SB_BYTES_SIZEOF] = { "bytes/timer (sizeof)", "B", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_BYTES_AFTER] = { "resident after destroy", "B/timer", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_MIX_CPU] = { "CPU per 1e6 mixed ops", "ms", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_MIX_WAKE] = { "wake-ups, mixed load", "/s", 0, SB_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_IDLE_NONE] = { "idle wake-ups, empty", "/s", 0, SB_MAX, SB_ZERO, 0 },
+	[SB_IDLE_PENDING] = { "idle wake-ups, N pending", "/s", 0, SB_MAX, SB_ZERO, 0 },
+};
+
+struct sb_opts {
+	size_t sizes[SB_MAX_SIZES];
+	unsigned int nsizes;
+	unsigned int runs;
+	unsigned int warmup;
+	unsigned int shards;	/* 0: one per CPU */
+	unsigned int threads;	/* for the scaling table */
+	uint64_t seed;
+	bool markdown;
+	bool raw;
+	struct kairos_config cfg;	/* what every service of the N tables gets */
+};
+
+/* Notes on a size's runs, printed under its table when not zero. */
+struct sb_notes {
+	uint64_t not_earlier;	/* push-earlier ops not certainly earlier */
+	unsigned exp_overlap;	/* runs whose arming ran into the expiry */
+	unsigned exp_bound;	/* runs whose expiry kept up with the deadlines */
+};
+
+/* ------------------------------------------------------------------------
+ * Measuring the process: CPU, memory, quiet.
+ */
+
+static uint64_t sb_cpu_ns(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		bench_die("getrusage failed");
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * SB_S +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+static uint64_t sb_rss_bytes(void)
+{
+	unsigned long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		bench_die("cannot open /proc/self/statm");
+	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+		bench_die("cannot read /proc/self/statm");
+	fclose(f);
+	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static void sb_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / SB_S), (long)(ns % SB_S) };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/*
+ * Waits until the process is quiet: under 1 ms of CPU (all threads) over
+ * 5 ms of sleep, so the shards have filed what they were sent and the
+ * reclaimer has returned what was retired.  Gives up at @give_up.
+ */
+static void sb_settle_until(uint64_t give_up)
+{
+	for (;;) {
+		uint64_t c0 = sb_cpu_ns(), c1;
+
+		sb_sleep_ns(5 * SB_MS);
+		c1 = sb_cpu_ns();
+		if (c1 - c0 < SB_MS || bench_now_ns() + 5 * SB_MS > give_up)
+			return;
+	}
+}
+
+static void sb_settle(void)
+{
+	sb_settle_until(bench_now_ns() + 3 * SB_S);
+}
+
+static void sb_stats(struct kairos *k, struct kairos_stats *st)
+{
+	int rc = kairos_stats(k, st);
+
+	if (rc)
+		bench_die("kairos_stats: %s", strerror(-rc));
+}
+
+static struct kairos *sb_create(const struct kairos_config *cfg)
+{
+	struct kairos *k;
+	int rc = kairos_create(cfg, &k);
+
+	if (rc)
+		bench_die("kairos_create: %s", strerror(-rc));
+	return k;
+}
+
+/* Destroys @k, dropping what is pending; the number dropped must be @expect. */
+static void sb_destroy(struct kairos *k, uint64_t expect, const char *what)
+{
+	int rc = kairos_destroy(k, KAIROS_DRAIN_DROP);
+
+	if (rc < 0)
+		bench_die("%s: kairos_destroy: %s", what, strerror(-rc));
+	if ((uint64_t)rc != expect)
+		bench_die("%s: kairos_destroy dropped %d timers, expected %" PRIu64,
+			  what, rc, expect);
+}
+
+/* ------------------------------------------------------------------------
+ * Callbacks.
+ */
+
+/* Timers armed 10..60 s ahead must not fire while a run lasts. */
+static _Atomic uint64_t sb_strays;
+
+static void sb_stray_cb(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+	atomic_fetch_add_explicit(&sb_strays, 1, memory_order_relaxed);
+}
+
+static void sb_no_strays(const char *what)
+{
+	uint64_t n = atomic_load_explicit(&sb_strays, memory_order_relaxed);
+
+	if (n)
+		bench_die("%s: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired: "
+			  "the run took too long for this N", what, n, SB_FAR_MIN / SB_S);
+}
+
+/*
+ * The expiry callback counts per thread, in a tally of the worker's own, so
+ * that the count adds no shared cache line (and no lock) to what is
+ * measured; a worker registers its tally on its first callback of a
+ * measurement.  It reads the clock on its first call and every 64th.
+ */
+#define SB_MAX_TALLIES	4096u
+#define SB_STAMP_EVERY	64u
+
+struct sb_tally {
+	_Atomic uint64_t n;		/* callbacks run; written by its thread only */
+	_Atomic uint64_t first_ns;
+	_Atomic uint64_t last_ns;	/* at the last multiple of SB_STAMP_EVERY */
+	uint64_t gen;			/* the measurement it is registered for */
+} __attribute__((aligned(BENCH_ALIGN)));
+
+static _Thread_local struct sb_tally sb_tls;
+static _Atomic(struct sb_tally *) sb_tallies[SB_MAX_TALLIES];
+static _Atomic unsigned sb_ntallies;
+static _Atomic uint64_t sb_gen;
+
+static void sb_tally_register(struct sb_tally *t, uint64_t gen)
+{
+	uint64_t now = bench_now_ns();
+	unsigned i;
+
+	t->gen = gen;
+	atomic_store_explicit(&t->n, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->first_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&t->last_ns, now, memory_order_relaxed);
+	i = atomic_fetch_add_explicit(&sb_ntallies, 1, memory_order_relaxed);
+	if (i >= SB_MAX_TALLIES)
+		bench_die("more than %u callback threads", SB_MAX_TALLIES);
+	/* Release: the fields above before the reader finds the tally. */
+	atomic_store_explicit(&sb_tallies[i], t, memory_order_release);
+}
+
+static void sb_tally_cb(void *arg, kairos_id id, int status)
+{
+	struct sb_tally *t = &sb_tls;
+	uint64_t gen = atomic_load_explicit(&sb_gen, memory_order_relaxed), n;
+
+	(void)arg;
+	(void)id;
+	(void)status;
+	if (t->gen != gen)
+		sb_tally_register(t, gen);
+	n = atomic_load_explicit(&t->n, memory_order_relaxed) + 1;
+	if (n % SB_STAMP_EVERY == 0)
+		atomic_store_explicit(&t->last_ns, bench_now_ns(), memory_order_relaxed);
+	/* Release, paired with sb_tally_sum(): the stamp before the count. */
+	atomic_store_explicit(&t->n, n, memory_order_release);
+}
+
+/*
+ * Starts a measurement.  Only while no callback of sb_tally_cb() can run:
+ * the tallies of the last one belonged to threads that are gone.
+ */
+static void sb_tally_reset(void)
+{
+	unsigned n = atomic_load_explicit(&sb_ntallies, memory_order_relaxed);
+
+	for (unsigned i = 0; i < n && i < SB_MAX_TALLIES; i++)
+		atomic_store_explicit(&sb_tallies[i], NULL, memory_order_relaxed);
+	atomic_store_explicit(&sb_ntallies, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&sb_gen, 1, memory_order_release);
+}
+
+/* Callbacks so far; *@first and *@last: the earliest and latest stamps. */
+static uint64_t sb_tally_sum(uint64_t *first, uint64_t *last)
+{
+	unsigned n = atomic_load_explicit(&sb_ntallies, memory_order_acquire);
+	uint64_t sum = 0;
+
+	*first = UINT64_MAX;
+	*last = 0;
+	for (unsigned i = 0; i < n && i < SB_MAX_TALLIES; i++) {
+		struct sb_tally *t = atomic_load_explicit(&sb_tallies[i], memory_order_acquire);
+		uint64_t f, l;
+
+		if (!t)
+			continue;	/* registering now: counted on the next look */
+		sum += atomic_load_explicit(&t->n, memory_order_acquire);
+		f = atomic_load_explicit(&t->first_ns, memory_order_relaxed);
+		l = atomic_load_explicit(&t->last_ns, memory_order_relaxed);
+		*first = f < *first ? f : *first;
+		*last = l > *last ? l : *last;
+	}
+	return sum;
+}
+
+/* The lateness callback: how late, against the deadline meant. */
+struct sb_late {
+	uint64_t deadline;	/* kairos_now() + delay, read before arming */
+	int64_t late;		/* CLOCK_MONOTONIC at the callback - deadline */
+};
+
+static _Atomic uint64_t sb_late_done;
+
+static void sb_late_cb(void *arg, kairos_id id, int status)
+{
+	struct sb_late *l = arg;
+
+	(void)id;
+	(void)status;
+	l->late = (int64_t)(bench_now_ns() - l->deadline);
+	/* Release, paired with the waiter's acquire: the sample before the count. */
+	atomic_fetch_add_explicit(&sb_late_done, 1, memory_order_release);
+}
+
+/* ------------------------------------------------------------------------
+ * The per-op rows: arm, pushes, cancel, and the floor.
+ */
+
+/* One size's lists, allocated once and filled afresh each run. */
+struct sb_lists {
+	size_t n;
+	uint64_t *delay;	/* [timer] arm delay, ns */
+	kairos_id *ids;		/* [timer] */
+	uint64_t *stamp;	/* [block] clock at the block's first op; one past the last */
+	uint32_t *order;	/* [op] the timer an op touches */
+	kairos_id *op_id;	/* [op] its id */
+	uint64_t *op_abs;	/* [op] the deadline it aims at (absolute ns) */
+	uint64_t *lo;		/* [timer] earliest its deadline can be */
+	char *slots;		/* N cache lines for the floor */
+	struct sb_late *late;	/* SB_LAT_TIMERS */
+	int64_t *late_sorted;
+	kairos_id *pool;	/* the mixed workload's pending ids */
+};
+
+static void sb_lists_alloc(struct sb_lists *l, size_t n)
+{
+	l->n = n;
+	l->delay = bench_alloc(n * sizeof(*l->delay));
+	l->ids = bench_alloc(n * sizeof(*l->ids));
+	l->stamp = bench_alloc((n / SB_BLOCK + 2) * sizeof(*l->stamp));
+	l->order = bench_alloc(n * sizeof(*l->order));
+	l->op_id = bench_alloc(n * sizeof(*l->op_id));
+	l->op_abs = bench_alloc(n * sizeof(*l->op_abs));
+	l->lo = bench_alloc(n * sizeof(*l->lo));
+	l->slots = bench_alloc(n * BENCH_ALIGN);
+	l->late = bench_alloc(SB_LAT_TIMERS * sizeof(*l->late));
+	l->late_sorted = bench_alloc(SB_LAT_TIMERS * sizeof(*l->late_sorted));
+	l->pool = bench_alloc((n + SB_MIX_OPS) * sizeof(*l->pool));
+}
+
+static void sb_lists_free(struct sb_lists *l)
+{
+	free(l->delay);
+	free(l->ids);
+	free(l->stamp);
+	free(l->order);
+	free(l->op_id);
+	free(l->op_abs);
+	free(l->lo);
+	free(l->slots);
+	free(l->late);
+	free(l->late_sorted);
+	free(l->pool);
+}
+
+static uint64_t sb_far_delay(struct bench_rng *r)
+{
+	return SB_FAR_MIN + rng_next(r) % SB_FAR_SPAN;
+}
+
+static uint64_t sb_push(struct bench_rng *r)
+{
+	return SB_PUSH_MIN + rng_next(r) % (SB_PUSH_SPAN + 1);
+}
+
+/*
+ * N arms in list order.  The clock is read at each block's first op, so
+ * timer i's deadline lies in [stamp[b], stamp[b + 1]] + delay[i], b = i / SB_BLOCK.
+ */
+static double sb_arm_all(struct kairos *k, struct sb_lists *l)
+{
+	const uint64_t *delay = l->delay;
+	kairos_id *ids = l->ids;
+	uint64_t *stamp = l->stamp;
+	size_t n = l->n;
+	uint64_t t0, t1;
+	int err = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		if (i % SB_BLOCK == 0)
+			stamp[i / SB_BLOCK] = bench_now_ns();
+		err |= kairos_arm(k, delay[i], sb_stray_cb, NULL, &ids[i]);
+	}
+	t1 = bench_now_ns();
+	stamp[(n - 1) / SB_BLOCK + 1] = t1;
+	if (err)
+		bench_die("kairos_arm failed");
+	return (double)(t1 - t0) / (double)n;
+}
+
+/*
+ * N resets in list order, op i to the absolute deadline op_abs[i]: a delay
+ * from the clock read at its block's first op, so its new deadline lies in
+ * [op_abs[i], op_abs[i] + the block's span].
+ */
+static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *what)
+{
+	const kairos_id *id = l->op_id;
+	const uint64_t *target = l->op_abs;
+	uint64_t *stamp = l->stamp;
+	size_t n = l->n;
+	uint64_t t0, t1, now = 0;
+	int err = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		if (i % SB_BLOCK == 0)
+			now = stamp[i / SB_BLOCK] = bench_now_ns();
+		err |= kairos_reset(k, id[i], target[i] - now);
+	}
+	t1 = bench_now_ns();
+	stamp[(n - 1) / SB_BLOCK + 1] = t1;
+	if (err)
+		bench_die("%s: kairos_reset failed", what);
+	return (double)(t1 - t0) / (double)n;
+}
+
+static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
+{
+	const kairos_id *id = l->op_id;
+	size_t n = l->n;
+	uint64_t t0, t1;
+	int err = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++)
+		err |= kairos_cancel(k, id[i]);
+	t1 = bench_now_ns();
+	if (err) {
+		/* Find one, untimed, to say what it returned. */
+		for (size_t i = 0; i < n; i++) {
+			int rc = kairos_cancel(k, id[i]);
+
+			if (rc != -ENOENT)
+				bench_die("kairos_cancel of a pending timer returned %d", rc);
+		}
+		bench_die("kairos_cancel of a pending timer did not return 0");
+	}
+	return (double)(t1 - t0) / (double)n;
+}
+
+/* Keeps the clock readings of the floor loop from being optimized away. */
+static volatile uint64_t sb_floor_sum;
+
+/*
+ * The floor: one CAS on a random cache line per op, in the order of the
+ * ops, read from a list as the API loops read theirs; with @clock, a clock
+ * reading before each, as an arm or a reset makes.
+ */
+static double sb_cas_floor(struct sb_lists *l, bool clock)
+{
+	const uint32_t *order = l->order;
+	char *slots = l->slots;
+	size_t n = l->n;
+	uint64_t t0, t1, acc = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)(slots + (size_t)order[i] * BENCH_ALIGN);
+		uint64_t v;
+
+		if (clock)
+			acc += bench_now_ns();
+		v = atomic_load_explicit(p, memory_order_relaxed);
+		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
+							memory_order_relaxed);
+	}
+	t1 = bench_now_ns();
+	sb_floor_sum = acc;
+	return (double)(t1 - t0) / (double)n;
+}
+
+/* op i touches timer order[i]; its id goes to the op list. */
+static void sb_op_ids(struct sb_lists *l, struct bench_rng *r)
+{
+	rng_permutation(r, l->order, l->n);
+	for (size_t i = 0; i < l->n; i++)
+		l->op_id[i] = l->ids[l->order[i]];
+}
+
+static void sb_expect(struct kairos *k, uint64_t armed, uint64_t cancelled, uint64_t pending,
+		      const char *what)
+{
+	struct kairos_stats st;
+
+	sb_stats(k, &st);
+	if (st.armed != armed || st.cancelled != cancelled || st.pending != pending ||
+	    st.fired != 0 || st.early != 0)
+		bench_die("%s: stats armed %" PRIu64 " cancelled %" PRIu64 " pending %" PRIu64
+			  " fired %" PRIu64 " early %" PRIu64 ", expected %" PRIu64 "/%" PRIu64
+			  "/%" PRIu64 "/0/0", what, st.armed, st.cancelled, st.pending, st.fired,
+			  st.early, armed, cancelled, pending);
+}
+
+static void sb_progress(size_t n, const char *label, const char *phase)
+{
+	bench_progress("kairos-bench service: N=%zu %s %s", n, label, phase);
+}
+
+static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+		   const char *label, double *row, struct sb_notes *notes)
+{
+	uint64_t tick = o->cfg.tick_ns;
+	size_t n = l->n;
+	struct kairos *k = sb_create(&o->cfg);
+
+	for (size_t i = 0; i < n; i++)
+		l->delay[i] = sb_far_delay(r);
+	sb_settle();
+
+	sb_progress(n, label, "arm (fresh pool)");
+	row[SB_ARM_FRESH] = sb_arm_all(k, l);
+	sb_settle();
+	/* Untimed: cancel them all, so that their records return to the pool. */
+	sb_op_ids(l, r);
+	sb_cancel_all(k, l);
+	sb_settle();
+	sb_expect(k, n, n, 0, "arm (fresh pool)");
+
+	sb_progress(n, label, "arm");
+	row[SB_ARM] = sb_arm_all(k, l);
+	sb_settle();
+	sb_expect(k, 2 * n, n, n, "arm");
+
+	/* Later than the latest each deadline can be, by U[1, 1000] ms. */
+	sb_op_ids(l, r);
+	for (size_t i = 0; i < n; i++) {
+		size_t t = l->order[i];
+
+		l->op_abs[i] = l->stamp[t / SB_BLOCK + 1] + l->delay[t] + sb_push(r);
+		l->lo[t] = l->op_abs[i];
+	}
+	sb_progress(n, label, "push-later");
+	row[SB_LATER] = sb_reset_all(k, l, "push-later");
+	sb_settle();
+	sb_expect(k, 2 * n, n, n, "push-later");
+
+	/*
+	 * Earlier than the earliest each deadline can be, by 2 ms + U[1, 1000]
+	 * ms: by a whole tick at least, unless the block took 2 ms or more.
+	 */
+	sb_op_ids(l, r);
+	for (size_t i = 0; i < n; i++)
+		l->op_abs[i] = l->lo[l->order[i]] - SB_EARLIER_PAD - sb_push(r);
+	sb_progress(n, label, "push-earlier");
+	row[SB_EARLIER] = sb_reset_all(k, l, "push-earlier");
+	for (size_t i = 0; i < n; i++) {
+		uint64_t span = l->stamp[i / SB_BLOCK + 1] - l->stamp[i / SB_BLOCK];
+
+		if (l->op_abs[i] + span + tick > l->lo[l->order[i]])
+			notes->not_earlier++;
+	}
+	sb_settle();
+	sb_expect(k, 2 * n, n, n, "push-earlier");
+
+	sb_op_ids(l, r);
+	sb_progress(n, label, "cancel");
+	row[SB_CANCEL] = sb_cancel_all(k, l);
+	sb_settle();
+	sb_expect(k, 2 * n, 2 * n, 0, "cancel");
+	sb_no_strays("cancel");
+
+	sb_progress(n, label, "floors");
+	row[SB_FLOOR] = sb_cas_floor(l, false);
+	row[SB_FLOOR_CLOCK] = sb_cas_floor(l, true);
+	sb_destroy(k, 0, "ops");
+}
+
+/* ------------------------------------------------------------------------
+ * Expiry throughput.
+ */
+
+static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+		      const char *label, double *row, struct sb_notes *notes)
+{
+	size_t n = l->n;
+	struct kairos *k = sb_create(&o->cfg);
+	struct kairos_stats st;
+	uint64_t base, lead, armed_at, cpu0, cpu1, first, last, seen, give_up, got;
+	int err = 0;
+
+	for (size_t i = 0; i < n; i++)
+		l->op_abs[i] = rng_next(r) % SB_EXP_WINDOW;
+	/* Twice what arming took on a fresh pool this run, and 100 ms. */
+	lead = 100 * SB_MS + (uint64_t)(2 * row[SB_ARM_FRESH] * (double)n);
+	sb_tally_reset();
+	sb_settle();
+
+	sb_progress(n, label, "expiry");
+	base = bench_now_ns() + lead;
+	for (size_t i = 0; i < n; i++)
+		err |= kairos_arm_at(k, base + l->op_abs[i], sb_tally_cb, NULL, NULL);
+	armed_at = bench_now_ns();
+	if (err)
+		bench_die("expiry: kairos_arm_at failed");
+	if (armed_at >= base)
+		notes->exp_overlap++;
+	/* The shards file what was armed before the CPU count starts, if they can. */
+	sb_settle_until(base - SB_MS);
+	cpu0 = sb_cpu_ns();
+
+	give_up = base + SB_EXP_WINDOW + SB_WAIT_LIMIT;
+	while ((got = sb_tally_sum(&first, &last)) < n) {
+		if (bench_now_ns() > give_up)
+			bench_die("expiry: %" PRIu64 " of %zu callbacks after %" PRIu64 " s",
+				  got, n, SB_WAIT_LIMIT / SB_S);
+		sb_sleep_ns(SB_MS);
+	}
+	seen = bench_now_ns();
+	cpu1 = sb_cpu_ns();
+	if (got != n)
+		bench_die("expiry: %" PRIu64 " callbacks for %zu timers", got, n);
+	sb_stats(k, &st);
+	if (st.fired != n || st.early != 0)
+		bench_die("expiry: stats fired %" PRIu64 " early %" PRIu64 " for %zu timers",
+			  st.fired, st.early, n);
+	/*
+	 * Stamps come every SB_STAMP_EVERY calls, so the last callback ran
+	 * between the latest stamp and now; with too few calls a thread has
+	 * only its first stamp, and now is the bound left.
+	 */
+	if (last <= first)
+		last = seen;
+	if (last - first <= SB_EXP_WINDOW + SB_EXP_WINDOW / 10)
+		notes->exp_bound++;
+	row[SB_EXP_RATE] = (double)n / (double)(last - first) * 1e3;	/* M/s */
+	row[SB_EXP_SHARD] = row[SB_EXP_RATE] / st.shards;
+	row[SB_EXP_CPU] = (double)(cpu1 - cpu0) / (double)n;
+	sb_destroy(k, 0, "expiry");
+}
+
+/* ------------------------------------------------------------------------
+ * Memory, lateness, CPU of a mixed load, idle wake-ups: one service that
+ * holds N far timers throughout.
+ */
+
+static int sb_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void sb_lateness(struct kairos *k, struct sb_lists *l, struct bench_rng *r, double *row)
+{
+	struct kairos_stats st;
+	uint64_t give_up, early = 0;
+	int64_t *v = l->late_sorted;
+
+	atomic_store_explicit(&sb_late_done, 0, memory_order_relaxed);
+	for (unsigned i = 0; i < SB_LAT_TIMERS; i++) {
+		uint64_t delay = SB_MS + rng_next(r) % (SB_LAT_MAX_DELAY - SB_MS + 1), now;
+		int rc = kairos_now(k, &now);
+
+		if (rc)
+			bench_die("kairos_now: %s", strerror(-rc));
+		l->late[i].deadline = now + delay;
+		rc = kairos_arm(k, delay, sb_late_cb, &l->late[i], NULL);
+		if (rc)
+			bench_die("lateness: kairos_arm: %s", strerror(-rc));
+	}
+	give_up = bench_now_ns() + SB_LAT_MAX_DELAY + SB_WAIT_LIMIT;
+	while (atomic_load_explicit(&sb_late_done, memory_order_acquire) < SB_LAT_TIMERS) {
+		if (bench_now_ns() > give_up)
+			bench_die("lateness: %" PRIu64 " of %u callbacks after %" PRIu64 " s",
+				  atomic_load_explicit(&sb_late_done, memory_order_relaxed),
+				  SB_LAT_TIMERS, SB_WAIT_LIMIT / SB_S);
+		sb_sleep_ns(10 * SB_MS);
+	}
+	for (unsigned i = 0; i < SB_LAT_TIMERS; i++) {
+		v[i] = l->late[i].late;
+		early += v[i] < 0;
+	}
+	qsort(v, SB_LAT_TIMERS, sizeof(*v), sb_cmp_i64);
+	row[SB_LAT_P50] = (double)v[SB_LAT_TIMERS / 2] / 1e3;
+	row[SB_LAT_P99] = (double)v[SB_LAT_TIMERS * 99 / 100] / 1e3;
+	row[SB_LAT_MAX] = (double)v[SB_LAT_TIMERS - 1] / 1e3;
+	row[SB_LAT_EARLY] = (double)early;
+	sb_stats(k, &st);
+	if (st.fired != SB_LAT_TIMERS)
+		bench_die("lateness: stats fired %" PRIu64 " of %u", st.fired, SB_LAT_TIMERS);
+	row[SB_LAT_P99_STATS] = (double)st.lateness_p99_ns / 1e3;
+	row[SB_LAT_EARLY_STATS] = (double)st.early;
+}
+
+/*
+ * 1e6 operations on the pool: 40% push-later, 30% arm, 30% cancel, each on
+ * a random member.  Every push goes later than any deadline before it (the
+ * delays grow with the op count), so none is a push earlier.
+ * Return: the operations' wall time, ns.
+ */
+static uint64_t sb_mixed(struct kairos *k, struct sb_lists *l, struct bench_rng *r, size_t count)
+{
+	kairos_id *pool = l->pool;
+	uint64_t t0, t1;
+	int err = 0;
+
+	t0 = bench_now_ns();
+	for (uint32_t i = 0; i < SB_MIX_OPS; i++) {
+		uint32_t op = rng_below(r, 10);
+
+		if (op < 4 && count) {
+			uint32_t j = rng_below(r, (uint32_t)count);
+
+			err |= kairos_reset(k, pool[j], SB_FAR_MIN + SB_FAR_SPAN + SB_S +
+					    (uint64_t)i * 1000u);
+		} else if (op < 7 || !count) {
+			err |= kairos_arm(k, sb_far_delay(r), sb_stray_cb, NULL, &pool[count++]);
+		} else {
+			uint32_t j = rng_below(r, (uint32_t)count);
+
+			err |= kairos_cancel(k, pool[j]);
+			pool[j] = pool[--count];
+		}
+	}
+	t1 = bench_now_ns();
+	if (err)
+		bench_die("mixed: an arm, push or cancel failed");
+	return t1 - t0;
+}
+
+static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+		    const char *label, double *row)
+{
+	size_t n = l->n, count = n;
+	uint64_t rss0, rss1, rss2, rss3, cpu0, cpu1, t0, t1, wall;
+	struct kairos_stats st0, st1, e0, e1;
+	struct kairos *k, *empty;
+	int err = 0;
+
+	for (size_t i = 0; i < n; i++)
+		l->delay[i] = sb_far_delay(r);
+	/* Memory freed by earlier services back to the kernel: not reused unseen. */
+	malloc_trim(0);
+	rss0 = sb_rss_bytes();
+	k = sb_create(&o->cfg);
+	sb_settle();
+	rss1 = sb_rss_bytes();
+	sb_progress(n, label, "memory");
+	for (size_t i = 0; i < n; i++)
+		err |= kairos_arm(k, l->delay[i], sb_stray_cb, NULL, &l->pool[i]);
+	if (err)
+		bench_die("memory: kairos_arm failed");
+	sb_settle();
+	rss2 = sb_rss_bytes();
+	row[SB_BYTES] = ((double)rss2 - (double)rss1) / (double)n;
+	row[SB_BYTES_SIZEOF] = (double)sizeof(struct rec) * CHUNK_RECS / (CHUNK_RECS - 1);
+
+	sb_progress(n, label, "lateness");
+	sb_lateness(k, l, r, row);
+	sb_settle();
+
+	sb_progress(n, label, "mixed");
+	sb_stats(k, &st0);
+	cpu0 = sb_cpu_ns();
+	wall = sb_mixed(k, l, r, count);
+	sb_stats(k, &st1);
+	/* The shards' share: what they do after the calls return counts too. */
+	sb_settle();
+	cpu1 = sb_cpu_ns();
+	row[SB_MIX_CPU] = (double)(cpu1 - cpu0) / SB_MIX_OPS;	/* ns/op == ms per 1e6 */
+	row[SB_MIX_WAKE] = (double)(st1.wakeups - st0.wakeups) / ((double)wall / 1e9);
+	sb_no_strays("mixed");
+
+	sb_progress(n, label, "idle");
+	empty = sb_create(&o->cfg);
+	sb_settle();
+	sb_stats(k, &st0);
+	sb_stats(empty, &e0);
+	t0 = bench_now_ns();
+	sb_sleep_ns(SB_S);
+	sb_stats(k, &st1);
+	sb_stats(empty, &e1);
+	t1 = bench_now_ns();
+	row[SB_IDLE_PENDING] = (double)(st1.wakeups - st0.wakeups) / ((double)(t1 - t0) / 1e9);
+	row[SB_IDLE_NONE] = (double)(e1.wakeups - e0.wakeups) / ((double)(t1 - t0) / 1e9);
+	sb_destroy(empty, 0, "idle");
+	sb_no_strays("idle");
+	sb_destroy(k, st1.pending, "memory");
+	rss3 = sb_rss_bytes();
+	row[SB_BYTES_AFTER] = ((double)rss3 - (double)rss0) / (double)n;
+}
+
+/* ------------------------------------------------------------------------
+ * The table of one size.
+ */
+
+static double sb_goal(const struct sb_opts *o, int row)
+{
+	/* Lateness: one tick (the deadline rounds up to one) + 0.2 ms, in us. */
+	if (row == SB_LAT_P99)
+		return (double)o->cfg.tick_ns / 1e3 + 200;
+	return sb_rows[row].goal;
+}
+
+static void sb_goal_cell(const struct sb_opts *o, char *buf, size_t len, int row, double v,
+			 size_t n)
+{
+	switch (sb_rows[row].kind) {
+	case SB_LE:
+		bench_goal_le(buf, len, sb_goal(o, row), v, n == SB_GOAL_N);
+		break;
+	case SB_ZERO:
+		snprintf(buf, len, "= 0 %s", v == 0 ? "met" : "MISSED");
+		break;
+	default:
+		snprintf(buf, len, "-");
+		break;
+	}
+}
+
+static double sb_aggregate(int row, double *sample, unsigned int runs)
+{
+	double v = 0;
+
+	switch (sb_rows[row].agg) {
+	case SB_MAX:
+		for (unsigned int i = 0; i < runs; i++)
+			v = i == 0 || sample[i] > v ? sample[i] : v;
+		return v;
+	case SB_SUM:
+		for (unsigned int i = 0; i < runs; i++)
+			v += sample[i];
+		return v;
+	default:
+		return bench_median(sample, runs);
+	}
+}
+
+static const char *sb_backend(struct kairos *k, const char **why)
+{
+	const char *name = "?";
+
+	*why = "?";
+	if (kairos_backend_info(k, 0, &name, why) != 0)
+		name = "?";
+	return name;
+}
+
+static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
+			   const struct sb_notes *notes, unsigned shards, const char *backend)
+{
+	char goal[32];
+
+	if (o->markdown) {
+		printf("**kairos-bench service**: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
+		       "backend=%s (medians)\n\n", n, o->runs, o->seed, shards, backend);
+		printf("| op | value | unit | goal |\n|---|---:|---|---|\n");
+	} else {
+		printf("kairos-bench service: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
+		       "backend=%s (medians)\n", n, o->runs, o->seed, shards, backend);
+		printf("%-24s %10s  %-9s %s\n", "op", "value", "unit", "goal");
+	}
+	for (int row = 0; row < SB_NROWS; row++) {
+		const struct sb_row_info *ri = &sb_rows[row];
+
+		sb_goal_cell(o, goal, sizeof(goal), row, v[row], n);
+		if (o->markdown)
+			printf("| %s | %.*f | %s | %s |\n", ri->name, ri->prec, v[row], ri->unit, goal);
+		else
+			printf("%-24s %10.*f  %-9s %s\n", ri->name, ri->prec, v[row], ri->unit, goal);
+	}
+	if (notes->not_earlier)
+		printf("note: %" PRIu64 " push-earlier ops (of %zu x %u) were not certainly a tick "
+		       "earlier (a block of %u took over 2 ms)\n", notes->not_earlier, n,
+		       o->runs, SB_BLOCK);
+	if (notes->exp_overlap)
+		printf("note: in %u run(s) arming went on past the first expiry deadline\n",
+		       notes->exp_overlap);
+	if (notes->exp_bound)
+		printf("note: in %u run(s) the expiry kept up with deadlines spread over %" PRIu64
+		       " ms: its rate is a lower bound there\n", notes->exp_bound,
+		       SB_EXP_WINDOW / SB_MS);
+	printf("\n");
+	fflush(stdout);
+}
+
+static void sb_print_raw(const struct sb_opts *o, size_t n, double (*v)[SB_NROWS])
+{
+	printf("kairos-bench service: N=%zu, each run's values\n", n);
+	for (int row = 0; row < SB_NROWS; row++) {
+		printf("%-24s", sb_rows[row].name);
+		for (unsigned int run = 0; run < o->runs; run++)
+			printf(" %10.*f", sb_rows[row].prec, v[run][row]);
+		printf("\n");
+	}
+	printf("\n");
+}
+
+static void sb_bench_size(const struct sb_opts *o, size_t n)
+{
+	double (*v)[SB_NROWS] = bench_alloc(o->runs * sizeof(*v));
+	double *sample = bench_alloc(o->runs * sizeof(double));
+	double med[SB_NROWS];
+	struct sb_notes notes = { 0 }, ignored;
+	const char *backend, *why;
+	struct sb_lists l;
+	struct kairos *k;
+
+	sb_lists_alloc(&l, n);
+	k = sb_create(&o->cfg);
+	backend = sb_backend(k, &why);
+	/* The strings live as long as the service: keep a name that outlives it. */
+	backend = strcmp(backend, "io_uring") == 0 ? "io_uring" :
+		  strcmp(backend, "epoll") == 0 ? "epoll" : "?";
+	sb_destroy(k, 0, "backend");
+
+	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup) : (unsigned int)run;
+		struct sb_notes *nt = run < 0 ? &ignored : &notes;
+		double one[SB_NROWS] = { 0 };
+		struct bench_rng r = { o->seed };
+		char label[48];
+
+		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run", ri + 1,
+			 run < 0 ? o->warmup : o->runs);
+		/* Each (seed, N, run) its own stream; warm-ups others than the runs'. */
+		r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ (run < 0 ? UINT32_MAX - ri : ri);
+		atomic_store_explicit(&sb_strays, 0, memory_order_relaxed);
+		sb_ops(o, &l, &r, label, one, nt);
+		sb_expiry(o, &l, &r, label, one, nt);
+		sb_held(o, &l, &r, label, one);
+		if (run >= 0)
+			memcpy(v[ri], one, sizeof(one));
+	}
+	bench_progress_done();
+	if (o->raw)
+		sb_print_raw(o, n, v);
+	for (int row = 0; row < SB_NROWS; row++) {
+		for (unsigned int run = 0; run < o->runs; run++)
+			sample[run] = v[run][row];
+		med[row] = sb_aggregate(row, sample, o->runs);
+	}
+	sb_print_table(o, n, med, &notes, o->cfg.shards, backend);
+	sb_lists_free(&l);
+	free(v);
+	free(sample);
+}
+
+/* ------------------------------------------------------------------------
+ * 2 shards against 1: threads arm and cancel through a window.
+ */
+
+struct sb_scaler {
+	pthread_t thread;
+	struct kairos *k;
+	pthread_barrier_t *start;
+	kairos_id *ring;
+	uint64_t seed;
+	uint64_t ops;		/* done */
+	uint64_t end_ns;
+	int err;
+};
+
+static void *sb_scaler_main(void *arg)
+{
+	struct sb_scaler *s = arg;
+	struct bench_rng r = { s->seed };
+	kairos_id *ring = s->ring;
+	int err = 0;
+
+	pthread_barrier_wait(s->start);
+	for (unsigned i = 0; i < SB_SCALE_WINDOW; i++)
+		err |= kairos_arm(s->k, sb_far_delay(&r), sb_stray_cb, NULL, &ring[i]);
+	for (unsigned i = 0; i < (SB_SCALE_OPS - 2 * SB_SCALE_WINDOW) / 2; i++) {
+		kairos_id *slot = &ring[i % SB_SCALE_WINDOW];
+
+		err |= kairos_cancel(s->k, *slot);
+		err |= kairos_arm(s->k, sb_far_delay(&r), sb_stray_cb, NULL, slot);
+	}
+	for (unsigned i = 0; i < SB_SCALE_WINDOW; i++)
+		err |= kairos_cancel(s->k, ring[i]);
+	s->end_ns = bench_now_ns();
+	s->ops = 2 * SB_SCALE_WINDOW + (SB_SCALE_OPS - 2 * SB_SCALE_WINDOW) / 2 * 2;
+	s->err = err;
+	return NULL;
+}
+
+/* Operations per second of o->threads threads on a service of @shards shards. */
+static double sb_scale_once(const struct sb_opts *o, unsigned shards, uint64_t seed)
+{
+	struct sb_scaler s[SB_MAX_THREADS];
+	struct kairos_config cfg = o->cfg;
+	pthread_barrier_t start;
+	uint64_t t0, end = 0, ops = 0;
+	struct kairos *k;
+
+	cfg.shards = shards;
+	k = sb_create(&cfg);
+	sb_settle();
+	if (pthread_barrier_init(&start, NULL, o->threads + 1))
+		bench_die("pthread_barrier_init failed");
+	for (unsigned t = 0; t < o->threads; t++) {
+		s[t] = (struct sb_scaler){ .k = k, .start = &start, .seed = seed + t };
+		s[t].ring = bench_alloc(SB_SCALE_WINDOW * sizeof(*s[t].ring));
+		if (pthread_create(&s[t].thread, NULL, sb_scaler_main, &s[t]))
+			bench_die("pthread_create failed");
+	}
+	pthread_barrier_wait(&start);
+	t0 = bench_now_ns();
+	for (unsigned t = 0; t < o->threads; t++) {
+		if (pthread_join(s[t].thread, NULL))
+			bench_die("pthread_join failed");
+		if (s[t].err)
+			bench_die("scaling: an arm or cancel failed");
+		end = s[t].end_ns > end ? s[t].end_ns : end;
+		ops += s[t].ops;
+		free(s[t].ring);
+	}
+	pthread_barrier_destroy(&start);
+	sb_settle();
+	sb_no_strays("scaling");
+	sb_destroy(k, 0, "scaling");
+	return (double)ops / ((double)(end - t0) / 1e9);
+}
+
+static void sb_scaling(const struct sb_opts *o)
+{
+	double *one = bench_alloc(o->runs * sizeof(double));
+	double *two = bench_alloc(o->runs * sizeof(double));
+	double m1, m2;
+
+	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup) : (unsigned int)run;
+		uint64_t seed = o->seed * 1000003u + (uint64_t)(run + 1000) * 64u;
+		double a, b;
+
+		bench_progress("kairos-bench service: 2 shards vs 1, %s %u/%u",
+			       run < 0 ? "warm-up" : "run", ri + 1, run < 0 ? o->warmup : o->runs);
+		/* Take turns going first. */
+		if (ri % 2) {
+			b = sb_scale_once(o, 2, seed);
+			a = sb_scale_once(o, 1, seed);
+		} else {
+			a = sb_scale_once(o, 1, seed);
+			b = sb_scale_once(o, 2, seed);
+		}
+		if (run >= 0) {
+			one[ri] = a;
+			two[ri] = b;
+		}
+	}
+	bench_progress_done();
+	if (o->raw) {
+		printf("kairos-bench service: 2 shards vs 1, Mops/s in each run\n");
+		printf("%-8s", "1 shard");
+		for (unsigned int run = 0; run < o->runs; run++)
+			printf(" %8.2f", one[run] / 1e6);
+		printf("\n%-8s", "2 shards");
+		for (unsigned int run = 0; run < o->runs; run++)
+			printf(" %8.2f", two[run] / 1e6);
+		printf("\n\n");
+	}
+	m1 = bench_median(one, o->runs) / 1e6;
+	m2 = bench_median(two, o->runs) / 1e6;
+	if (o->markdown) {
+		printf("**kairos-bench service**: 2 shards vs 1, %u threads arm+cancel, %u pending "
+		       "each, runs=%u (median)\n\n", o->threads, SB_SCALE_WINDOW, o->runs);
+		printf("| shards | Mops/s | ratio |\n|---|---:|---:|\n");
+		printf("| 1 | %.2f | 1.00x |\n| 2 | %.2f | %.2fx |\n", m1, m2, m2 / m1);
+	} else {
+		printf("kairos-bench service: 2 shards vs 1, %u threads arm+cancel, %u pending "
+		       "each, runs=%u (median)\n", o->threads, SB_SCALE_WINDOW, o->runs);
+		printf("%-8s %10s %8s\n", "shards", "Mops/s", "ratio");
+		printf("%-8u %10.2f %7.2fx\n", 1u, m1, 1.0);
+		printf("%-8u %10.2f %7.2fx\n", 2u, m2, m2 / m1);
+	}
+	printf("\n");
+	fflush(stdout);
+	free(one);
+	free(two);
+}
+
+/* ------------------------------------------------------------------------
+ * Options and the entry point.
+ */
+
+static void sb_print_legend(const struct sb_opts *o)
+{
+	const char *pre = o->markdown ? "" : "# ";
+	const char *backend, *why;
+	struct kairos *k = sb_create(&o->cfg);
+
+	backend = sb_backend(k, &why);
+	printf("%sservice: called from the main thread (not a shard thread); shards=%u%s, "
+	       "workers=%u per shard, tick=%" PRIu64 " us;\n", pre, o->cfg.shards,
+	       o->shards ? "" : " (one per CPU)", o->cfg.workers, o->cfg.tick_ns / 1000);
+	printf("%sbackend %s: %s;\n", pre, backend, why);
+	sb_destroy(k, 0, "legend");
+	printf("%sarm: delays U[10,60] s, fresh pool, then again on the recycled pool; pushes "
+	       "+U[1,1000] ms, then -(2 ms + U[1,1000] ms);\n", pre);
+	printf("%scancel: every one returns 0; CAS (floor) = one atomic CAS on a random 64-byte "
+	       "slot per op, clock+CAS: after a clock_gettime();\n", pre);
+	printf("%sexpiry: N due over 50 ms, first to last callback; lateness: %u timers U[1,200] "
+	       "ms with N pending,\n", pre, SB_LAT_TIMERS);
+	printf("%s  CLOCK_MONOTONIC at the callback - (kairos_now() + delay); (stats): from the "
+	       "deadline rounded up to a tick, not judged;\n", pre);
+	printf("%sbytes: RSS delta over N (sizeof: 64 B record + chunk header); mixed: %u ops, "
+	       "40%% push-later / 30%% arm / 30%% cancel\n", pre, SB_MIX_OPS);
+	printf("%s  on N pending, CPU of all threads; idle: 1 s of sleep.  Medians over the "
+	       "runs; worst run for lateness max and idle\n", pre);
+	printf("%s  wake-ups; early: sum over the runs.\n\n", pre);
+}
+
+static void sb_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kairos-bench service [--n N]... [--runs N] [--warmup N] [--seed S]\n"
+		"                            [--shards N] [--threads N] [--markdown] [--raw]\n"
+		"\n"
+		"The kairos service through its public API, from a thread that is not a\n"
+		"shard thread: arm, push-later, push-earlier and cancel costs against a\n"
+		"CAS floor, expiry throughput, lateness, bytes per pending timer, CPU per\n"
+		"million mixed operations and idle wake-ups, at each N; then 2 shards\n"
+		"against 1.  Medians over the runs.\n"
+		"\n"
+		"  --n N        pending timers (1000..%u, 1e6 style allowed); repeat for\n"
+		"               more sizes (default: 100000 and 1000000)\n"
+		"  --runs N     runs per size, median reported (default 5)\n"
+		"  --warmup N   untimed runs per size before those (default 1)\n"
+		"  --seed S     workload seed (default 1)\n"
+		"  --shards N   cfg.shards for the per-N tables (0..256; default 0: one\n"
+		"               per CPU)\n"
+		"  --threads N  threads of the 2-shards-vs-1 table (1..%u, default 2)\n"
+		"  --markdown   print the tables as markdown\n"
+		"  --raw        also print every run's numbers, not only the medians\n"
+		"  -h, --help   this text\n"
+		"\n"
+		"Goals (met/MISSED) on costs and bytes are judged at N=%u only; those that\n"
+		"must be 0 (early callbacks, idle wake-ups) at every N.\n",
+		SB_MAX_N, SB_MAX_THREADS, SB_GOAL_N);
+}
+
+__attribute__((format(printf, 1, 2)))
+static int sb_bad_arg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kairos-bench service: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n\n", stderr);
+	sb_usage(stderr);
+	return 2;
+}
+
+/* @argv[0] is "service". */
+int sb_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "n", required_argument, NULL, 'n' },
+		{ "runs", required_argument, NULL, 'r' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "shards", required_argument, NULL, 'S' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "markdown", no_argument, NULL, 'm' },
+		{ "raw", no_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sb_opts o = { .runs = 5, .warmup = 1, .seed = 1, .threads = 2 };
+	uint64_t v;
+	int c;
+
+	opterr = 0;	/* our messages, not getopt's */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (bench_parse_u64(optarg, 1000, SB_MAX_N, &v) != 0)
+				return sb_bad_arg("bad --n '%s' (1000..%u)", optarg, SB_MAX_N);
+			if (o.nsizes == SB_MAX_SIZES)
+				return sb_bad_arg("too many --n (at most 8), at '%s'", optarg);
+			o.sizes[o.nsizes++] = (size_t)v;
+			break;
+		case 'r':
+			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
+				return sb_bad_arg("bad --runs '%s' (1..1000)", optarg);
+			o.runs = (unsigned int)v;
+			break;
+		case 's':
+			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
+				return sb_bad_arg("bad --seed '%s'", optarg);
+			o.seed = v;
+			break;
+		case 'w':
+			if (bench_parse_u64(optarg, 0, 1000, &v) != 0)
+				return sb_bad_arg("bad --warmup '%s' (0..1000)", optarg);
+			o.warmup = (unsigned int)v;
+			break;
+		case 'S':
+			if (bench_parse_u64(optarg, 0, 256, &v) != 0)
+				return sb_bad_arg("bad --shards '%s' (0..256)", optarg);
+			o.shards = (unsigned int)v;
+			break;
+		case 't':
+			if (bench_parse_u64(optarg, 1, SB_MAX_THREADS, &v) != 0)
+				return sb_bad_arg("bad --threads '%s' (1..%u)", optarg, SB_MAX_THREADS);
+			o.threads = (unsigned int)v;
+			break;
+		case 'm':
+			o.markdown = true;
+			break;
+		case 'R':
+			o.raw = true;
+			break;
+		case 'h':
+			sb_usage(stdout);
+			return 0;
+		default:
+			return sb_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return sb_bad_arg("unexpected argument '%s'", argv[optind]);
+	if (!o.nsizes) {
+		o.sizes[o.nsizes++] = 100000;
+		o.sizes[o.nsizes++] = 1000000;
+	}
+	kairos_config_default(&o.cfg);
+	if (o.shards)
+		o.cfg.shards = o.shards;
+	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
+	if (o.cfg.clock != CLOCK_MONOTONIC)
+		bench_die("the default service clock is not CLOCK_MONOTONIC");
+
+#ifndef __OPTIMIZE__
+	printf("kairos-bench service: warning: built without optimization; "
+	       "numbers are not representative\n\n");
+#endif
+	sb_print_legend(&o);
+	for (unsigned int i = 0; i < o.nsizes; i++)
+		sb_bench_size(&o, o.sizes[i]);
+	sb_scaling(&o);
+	return 0;
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kairos-bench - benchmarks for kairos.
+ *
+ *	kairos-bench <mode> [options]
+ *	kairos-bench <mode> --help
+ *
+ * Each mode lives in a file of its own and is reached only through the mode
+ * table below, so that modes never touch each other:
+ *
+ *   wheel     bench_wheel.c: the timing wheel against a binary heap, one
+ *             thread, virtual time.
+ *   service   bench_service.c: the kairos service through its public API,
+ *             called from a thread that is not a shard thread.
+ *
+ * Helpers every mode uses (failing loudly, the clock, memory, the generator,
+ * argument parsing, progress lines, medians) are in bench.h and bench.c.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+/* ------------------------------------------------------------------------
+ * Mode table and main().
+ */
+
+struct bench_mode {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);	/* argv[0] is the mode's name */
+};
+
+static const struct bench_mode bench_modes[] = {
+	{ "wheel", "the timing wheel against a binary heap (one thread, virtual time)",
+	  wb_main },
+	{ "service", "the kairos service: API costs, expiry, lateness, memory, CPU, wake-ups",
+	  sb_main },
+};
+
+#define BENCH_NMODES	(sizeof(bench_modes) / sizeof(bench_modes[0]))
+
+static void bench_usage(FILE *f)
+{
+	fprintf(f, "usage: kairos-bench <mode> [options]\n"
+		   "       kairos-bench <mode> --help\n\nmodes:\n");
+	for (size_t i = 0; i < BENCH_NMODES; i++)
+		fprintf(f, "  %-8s %s\n", bench_modes[i].name, bench_modes[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		bench_usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		bench_usage(stdout);
+		return 0;
+	}
+	bench_progress_on = isatty(STDERR_FILENO);
+	for (size_t i = 0; i < BENCH_NMODES; i++)
+		if (!strcmp(argv[1], bench_modes[i].name))
+			return bench_modes[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "kairos-bench: unknown mode '%s'\n\n", argv[1]);
+	bench_usage(stderr);
+	return 2;
+}
