@@ -97,20 +97,6 @@ static inline void link_unlink(struct wheel_link *l)
 	l->next->prev = l->prev;
 }
 
-/* Moves every node of @from onto the empty @to, in order, leaving @from empty. */
-static inline void link_splice(struct wheel_link *from, struct wheel_link *to)
-{
-	if (link_empty(from)) {
-		link_init(to);
-		return;
-	}
-	to->next = from->next;
-	to->prev = from->prev;
-	to->next->prev = to;
-	to->prev->next = to;
-	link_init(from);
-}
-
 static inline struct wheel_timer *link_timer(struct wheel_link *l)
 {
 	/* link is the first member, so the addresses coincide. */
@@ -295,6 +281,13 @@ int wheel_del(struct wheel *w, struct wheel_timer *t)
 	return 0;
 }
 
+/* Files @t again for its current fire tick. */
+static void relink(struct wheel *w, struct wheel_timer *t)
+{
+	unfile(w, t);
+	file(w, t, timer_fire(t));
+}
+
 /* Whether @t's current slot is visited no later than its fire tick. */
 static bool visit_in_time(const struct wheel *w, const struct wheel_timer *t)
 {
@@ -331,8 +324,7 @@ int wheel_update(struct wheel *w, struct wheel_timer *t, uint64_t deadline)
 		t->flags |= WHEEL_F_MOVED;
 		return 0;
 	}
-	unfile(w, t);
-	file(w, t, timer_fire(t));
+	relink(w, t);
 	return 0;
 }
 
@@ -346,23 +338,33 @@ int wheel_refresh(struct wheel *w, struct wheel_timer *t)
 		t->flags |= WHEEL_F_MOVED;
 		return 0;
 	}
-	unfile(w, t);
-	file(w, t, timer_fire(t));
+	relink(w, t);
 	return 0;
 }
 
 /* Visits a slot list at the current tick: fire what is due, re-file the rest. */
 static uint64_t visit_list(struct wheel *w, struct wheel_link *head)
 {
-	struct wheel_link list;
+	struct wheel_link *l, *next, *end = head->prev;
 	uint64_t ndue = w->ndue;
 
-	link_splice(head, &list);
-	while (!link_empty(&list)) {
-		struct wheel_timer *t = link_timer(list.next);
-
-		link_unlink(&t->link);
-		file(w, t, timer_fire(t));
+	if (link_empty(head))
+		return 0;
+	l = head->next;
+	link_init(head);
+	/*
+	 * Walk the detached chain without unlinking node by node (file()
+	 * rewrites each node's links anyway), and start the next node's cache
+	 * miss before this one is re-filed: records are scattered, so the
+	 * walk is a chain of misses otherwise.
+	 */
+	for (;;) {
+		next = l->next;
+		__builtin_prefetch(next, 1);
+		file(w, link_timer(l), timer_fire(link_timer(l)));
+		if (l == end)
+			break;
+		l = next;
 	}
 	return w->ndue - ndue;
 }
