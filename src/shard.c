@@ -454,7 +454,7 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 		drain_one(k, s, d->r, how, count);
 	}
 	s->dq.len = 0;
-	wheel_advance(&s->wheel, UINT64_MAX);
+	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))
 		drain_one(k, s, rec_of(t), how, count);
 }

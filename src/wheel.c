@@ -60,8 +60,9 @@
  *     5     12.4 days            2.2 years
  *     6      2.2 years           139 years
  *     7      139 years           8,900 years
- *   overflow: fire ticks 2^48 or more ticks beyond the current block; the
- *   list is re-filed each time the counter crosses a 2^48 boundary.
+ *   overflow: fire ticks in a later 2^48-tick block than the current one;
+ *   the list is re-filed when the counter reaches the block of its earliest
+ *   record, so a jump across many blocks costs one pass, not one per block.
  * The level range is how far ahead a record can be when filed there.
  */
 #include "wheel.h"
@@ -131,14 +132,10 @@ static inline uint64_t visit_tick(uint64_t curr, unsigned g, unsigned s)
 	return ((curr >> up) << up) | ((uint64_t)s << (WHEEL_BITS * g));
 }
 
-/* The first tick of the next 2^48-tick block: when overflow is re-filed. */
-static inline uint64_t overflow_tick(uint64_t curr)
+/* The first tick of the 2^48-tick block that holds @tick. */
+static inline uint64_t block_start(uint64_t tick)
 {
-	uint64_t block = curr >> WHEEL_SPAN_BITS;
-
-	if (block == UINT64_MAX >> WHEEL_SPAN_BITS)
-		return UINT64_MAX;	/* last block: overflow cannot be used */
-	return (block + 1) << WHEEL_SPAN_BITS;
+	return tick >> WHEEL_SPAN_BITS << WHEEL_SPAN_BITS;
 }
 
 uint64_t wheel_fire_tick(uint64_t deadline, uint32_t slack)
@@ -189,6 +186,7 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->ndue = 0;
 	link_init(&w->due);
 	link_init(&w->overflow);
+	w->overflow_visit = UINT64_MAX;
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
 		w->occupied[g] = 0;
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
@@ -220,6 +218,14 @@ static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
 	}
 	g = diff_level(fire, w->curr);
 	if (g >= WHEEL_LEVELS) {
+		/*
+		 * Visit the list when the earliest block arrives, not at every
+		 * 2^48 boundary: a jump across many blocks then costs one pass.
+		 * Deletions leave the bound low (an early, harmless visit); an
+		 * empty list starts it afresh.
+		 */
+		if (link_empty(&w->overflow) || block_start(fire) < w->overflow_visit)
+			w->overflow_visit = block_start(fire);
 		t->where = WHEEL_OVERFLOW;
 		link_append(&w->overflow, &t->link);
 		return;
@@ -297,7 +303,7 @@ static bool visit_in_time(const struct wheel *w, const struct wheel_timer *t)
 	if (where == WHEEL_DUE)
 		return false;	/* already handed out: must relink */
 	if (where == WHEEL_OVERFLOW)
-		visit = overflow_tick(w->curr);
+		visit = w->overflow_visit;
 	else
 		visit = visit_tick(w->curr, level_of(where), slot_of(where));
 	return visit <= timer_fire(t);
@@ -379,7 +385,7 @@ static uint64_t next_visit(const struct wheel *w)
 			return visit_tick(w->curr, g, (unsigned)__builtin_ctzll(bits));
 	}
 	if (!link_empty(&w->overflow))
-		return overflow_tick(w->curr);
+		return w->overflow_visit;
 	return UINT64_MAX;
 }
 
@@ -406,6 +412,8 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 			if (w->occupied[g])
 				break;
 		if (g == WHEEL_LEVELS) {
+			/* Re-filing recomputes the bound from what stays. */
+			w->overflow_visit = UINT64_MAX;
 			fired += visit_list(w, &w->overflow);
 		} else {
 			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
@@ -415,6 +423,34 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 		}
 	}
 	return fired;
+}
+
+/* Moves a whole list to the tail of the due list, marking each record due. */
+static void flush_list(struct wheel *w, struct wheel_link *head)
+{
+	while (!link_empty(head)) {
+		struct wheel_timer *t = link_timer(head->next);
+
+		link_unlink(&t->link);
+		t->where = WHEEL_DUE;
+		t->flags &= (uint16_t)~WHEEL_F_MOVED;
+		link_append(&w->due, &t->link);
+		w->ndue++;
+	}
+}
+
+void wheel_flush(struct wheel *w)
+{
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
+		while (w->occupied[g]) {
+			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
+
+			w->occupied[g] &= ~(UINT64_C(1) << s);
+			flush_list(w, &w->slot[g][s]);
+		}
+	}
+	flush_list(w, &w->overflow);
+	w->overflow_visit = UINT64_MAX;
 }
 
 struct wheel_timer *wheel_pop(struct wheel *w)
@@ -508,7 +544,7 @@ int wheel_check(const struct wheel *w, const char **why)
 			const struct wheel_timer *t = link_timer((struct wheel_link *)l);
 			uint64_t fire = timer_fire(t);
 
-			if (fire < overflow_tick(w->curr)) {
+			if (fire < w->overflow_visit || w->overflow_visit <= w->curr) {
 				bad = "overflow record fires before the overflow list is visited";
 				break;
 			}

@@ -25,7 +25,8 @@
 /*
  * Eight levels cover 2^48 ticks (8,900 years at 1 ms, 8.9 years at 1 us).
  * Fire ticks further out than the top level reaches wait on the overflow
- * list, which is re-filed each time the tick counter crosses a 2^48 boundary.
+ * list, which is re-filed when the tick counter reaches the 2^48-tick block
+ * of its earliest record.
  */
 #define WHEEL_LEVELS	8
 
@@ -63,6 +64,9 @@ struct wheel {
 	uint64_t occupied[WHEEL_LEVELS];	/* bit s set iff slot[level][s] is non-empty */
 	struct wheel_link due;		/* expired records in firing order */
 	struct wheel_link overflow;
+	uint64_t overflow_visit;	/* first tick of the earliest 2^48 block
+					 * an overflow record fires in (a lower
+					 * bound); UINT64_MAX when none */
 	struct wheel_link slot[WHEEL_LEVELS][WHEEL_SLOTS];
 };
 
@@ -144,6 +148,14 @@ int wheel_refresh(struct wheel *w, struct wheel_timer *t);
  * Return: how many records became due.
  */
 uint64_t wheel_advance(struct wheel *w, uint64_t now);
+
+/*
+ * wheel_flush - puts every record on the due list at once, whatever its fire
+ * tick, without moving the current tick: for an owner that shuts down and
+ * must end every record.  O(records).  Afterwards wheel_check() reports
+ * due records whose fire tick is ahead: pop them all before checking.
+ */
+void wheel_flush(struct wheel *w);
 
 /* wheel_pop - takes the first record off the due list; NULL when it is empty. */
 struct wheel_timer *wheel_pop(struct wheel *w);

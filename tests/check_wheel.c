@@ -226,7 +226,7 @@ static void t_check(const struct wheel *w)
 	int rc = wheel_check(w, &why);
 
 	T_ASSERT_MSG(rc == 0, "wheel_check() = %d at curr %" PRIu64 ": %s",
-		      rc, w->curr, why ? why : "(no reason given)");
+		     rc, w->curr, why ? why : "(no reason given)");
 }
 
 static bool t_in_slot(uint16_t where)
@@ -267,7 +267,10 @@ static const char *t_where_bad(uint16_t where, uint16_t flags, uint64_t fire, ui
 /* ------------------------------------------------------------------------ */
 
 #define T_SET_MAX	4096
-/* order[] value of a record pushed later in place: its place among equal fire ticks is not promised. */
+/*
+ * order[] of a record pushed later (or refreshed): its rank among records
+ * due at the same tick is not promised.
+ */
 #define T_UNORDERED	UINT64_MAX
 
 enum t_state { T_IDLE, T_PENDING, T_FIRED };
@@ -313,8 +316,8 @@ static void t_set_where_ok(const struct t_set *s, size_t i)
 	const char *bad = t_where_bad(s->t[i].where, s->t[i].flags, s->fire[i], s->w->curr);
 
 	T_ASSERT_MSG(!bad, "record %zu (deadline %" PRIu64 " slack %u fire %" PRIu64
-		      ") at curr %" PRIu64 ": %s (where %u)", i, s->t[i].deadline,
-		      s->t[i].slack, s->fire[i], s->w->curr, bad, s->t[i].where);
+		     ") at curr %" PRIu64 ": %s (where %u)", i, s->t[i].deadline,
+		     s->t[i].slack, s->fire[i], s->w->curr, bad, s->t[i].where);
 }
 
 /*
@@ -446,7 +449,7 @@ static size_t t_set_index(const struct t_set *s, const struct wheel_timer *t)
 	uintptr_t off = (uintptr_t)t - (uintptr_t)s->t;
 
 	T_ASSERT_MSG(off % sizeof(*t) == 0 && off / sizeof(*t) < s->n,
-		      "wheel_pop() returned a record that is not one of ours");
+		     "wheel_pop() returned a record that is not one of ours");
 	return off / sizeof(*t);
 }
 
@@ -470,23 +473,23 @@ static size_t t_set_pop_all(struct t_set *s, uint64_t expect)
 	while ((t = wheel_pop(w))) {
 		i = t_set_index(s, t);
 		T_ASSERT_MSG(s->state[i] == T_PENDING,
-			      "record %zu popped while not pending (state %d)", i, s->state[i]);
+			     "record %zu popped while not pending (state %d)", i, s->state[i]);
 		T_ASSERT_MSG(s->fire[i] <= curr, "record %zu (deadline %" PRIu64 " slack %u fire %"
-			      PRIu64 ") popped EARLY at %" PRIu64, i, t->deadline, t->slack,
-			      s->fire[i], curr);
+			     PRIu64 ") popped EARLY at %" PRIu64, i, t->deadline, t->slack,
+			     s->fire[i], curr);
 		T_ASSERT(!wheel_timer_pending(t));
 		T_UINT_EQ(t->where, WHEEL_NONE);
 		T_UINT_EQ(wheel_count(w), count - n - 1);
 		T_ASSERT_MSG(s->eff[i] >= last_eff, "record %zu (due since %" PRIu64
-			      ") popped after one due since %" PRIu64, i, s->eff[i], last_eff);
+			     ") popped after one due since %" PRIu64, i, s->eff[i], last_eff);
 		last_eff = s->eff[i];
 		/* Due at the same tick: add order (pushed-later ones aside). */
 		if (s->order[i] != T_UNORDERED) {
 			if (have_ordered && s->eff[i] == last_ord_eff)
 				T_ASSERT_MSG(s->order[i] > last_order, "record %zu (fire %" PRIu64
-					      ", due since %" PRIu64 ", add #%" PRIu64 ") popped after"
-					      " add #%" PRIu64 " due since the same tick", i,
-					      s->fire[i], s->eff[i], s->order[i], last_order);
+					     ", due since %" PRIu64 ", add #%" PRIu64 ") popped after"
+					     " add #%" PRIu64 " due since the same tick", i,
+					     s->fire[i], s->eff[i], s->order[i], last_order);
 			have_ordered = true;
 			last_ord_eff = s->eff[i];
 			last_order = s->order[i];
@@ -501,7 +504,7 @@ static size_t t_set_pop_all(struct t_set *s, uint64_t expect)
 		if (s->state[i] != T_PENDING)
 			continue;
 		T_ASSERT_MSG(s->fire[i] > curr, "record %zu (fire %" PRIu64
-			      ") not popped by %" PRIu64, i, s->fire[i], curr);
+			     ") not popped by %" PRIu64, i, s->fire[i], curr);
 		T_ASSERT(wheel_timer_pending(&s->t[i]));
 		t_set_where_ok(s, i);
 	}
@@ -527,7 +530,7 @@ static size_t t_set_advance(struct t_set *s, uint64_t now)
 	ret = wheel_advance(w, now);
 	T_UINT_EQ(w->curr, curr);
 	T_ASSERT_MSG(ret == expect, "wheel_advance(%" PRIu64 ") from %" PRIu64
-		      " = %" PRIu64 ", expected %" PRIu64, now, prev, ret, expect);
+		     " = %" PRIu64 ", expected %" PRIu64, now, prev, ret, expect);
 	T_UINT_EQ(w->ndue, ndue + ret);
 	t_check(w);
 	return t_set_pop_all(s, ndue + ret);
@@ -560,8 +563,8 @@ static void t_set_check_next(const struct t_set *s)
 		T_UINT_EQ(next, UINT64_MAX);
 	} else {
 		T_ASSERT_MSG(next > s->w->curr && next <= min, "wheel_next() = %" PRIu64
-			      " at curr %" PRIu64 " with the earliest fire tick %" PRIu64,
-			      next, s->w->curr, min);
+			     " at curr %" PRIu64 " with the earliest fire tick %" PRIu64,
+			     next, s->w->curr, min);
 	}
 }
 
@@ -600,16 +603,16 @@ static uint64_t t_set_tickless(struct t_set *s, uint64_t limit)
 		next = wheel_next(s->w);
 		t_set_advance(s, next);
 		T_ASSERT_MSG(++iters <= limit, "tickless loop: over %" PRIu64
-			      " wake-ups with %" PRIu64 " records left at %" PRIu64,
-			      limit, wheel_count(s->w), s->w->curr);
+			     " wake-ups with %" PRIu64 " records left at %" PRIu64,
+			     limit, wheel_count(s->w), s->w->curr);
 	}
 	T_UINT_EQ(wheel_next(s->w), UINT64_MAX);
 	for (i = 0; i < s->n; i++) {
 		if (s->state[i] != T_FIRED)
 			continue;
 		T_ASSERT_MSG(s->at[i] == s->eff[i], "record %zu (deadline %" PRIu64 " slack %u "
-			      "fire %" PRIu64 ") popped at %" PRIu64 ", not at its fire tick",
-			      i, s->t[i].deadline, s->t[i].slack, s->fire[i], s->at[i]);
+			     "fire %" PRIu64 ") popped at %" PRIu64 ", not at its fire tick",
+			     i, s->t[i].deadline, s->t[i].slack, s->fire[i], s->at[i]);
 		T_UINT_GE(s->at[i], s->t[i].deadline);
 		T_UINT_LE(s->at[i] - s->t[i].deadline, s->t[i].slack);
 	}
@@ -650,24 +653,24 @@ START_TEST(test_wheel_fire_tick_brute_force)
 	for (d = 0; d < 1100; d++)
 		for (s = 0; s < 260; s++)
 			T_ASSERT_MSG(wheel_fire_tick(d, s) == t_brute_fire_tick(d, s),
-				      "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64 ", want %" PRIu64,
-				      d, s, wheel_fire_tick(d, s), t_brute_fire_tick(d, s));
+				     "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64 ", want %" PRIu64,
+				     d, s, wheel_fire_tick(d, s), t_brute_fire_tick(d, s));
 	/* Around big powers of two, where the best tick is far more aligned. */
 	for (i = 0; i < T_ARRAY_SIZE(pow2); i++) {
 		base = UINT64_C(1) << pow2[i];
 		for (d = base - 70; d < base + 70; d++)
 			for (s = 0; s < 150; s++)
 				T_ASSERT_MSG(wheel_fire_tick(d, s) == t_brute_fire_tick(d, s),
-					      "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64
-					      ", want %" PRIu64, d, s, wheel_fire_tick(d, s),
-					      t_brute_fire_tick(d, s));
+					     "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64
+					     ", want %" PRIu64, d, s, wheel_fire_tick(d, s),
+					     t_brute_fire_tick(d, s));
 	}
 	/* At the end of time the range is clamped, never wrapped. */
 	for (d = UINT64_MAX - 300;; d++) {
 		for (s = 0; s < 400; s++)
 			T_ASSERT_MSG(wheel_fire_tick(d, s) == t_brute_fire_tick(d, s),
-				      "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64 ", want %" PRIu64,
-				      d, s, wheel_fire_tick(d, s), t_brute_fire_tick(d, s));
+				     "wheel_fire_tick(%" PRIu64 ", %u) = %" PRIu64 ", want %" PRIu64,
+				     d, s, wheel_fire_tick(d, s), t_brute_fire_tick(d, s));
 		if (d == UINT64_MAX)
 			break;
 	}
@@ -689,7 +692,7 @@ START_TEST(test_wheel_fire_tick_random)
 		s = (uint32_t)t_below_log(&rng, UINT64_C(1) << 32);
 		f = wheel_fire_tick(d, s);
 		T_ASSERT_MSG(f == t_ref_fire_tick(d, s), "wheel_fire_tick(%" PRIu64 ", %u) = %"
-			      PRIu64 ", want %" PRIu64, d, s, f, t_ref_fire_tick(d, s));
+			     PRIu64 ", want %" PRIu64, d, s, f, t_ref_fire_tick(d, s));
 		/* Never early, never past its slack. */
 		T_UINT_GE(f, d);
 		T_UINT_LE(f - d, s);
@@ -697,7 +700,7 @@ START_TEST(test_wheel_fire_tick_random)
 		if (d < UINT64_MAX) {
 			f1 = wheel_fire_tick(d + 1, s);
 			T_ASSERT_MSG(f1 >= f, "fire tick went back: (%" PRIu64 ", %u) -> %" PRIu64
-				      " but (%" PRIu64 ", %u) -> %" PRIu64, d, s, f, d + 1, s, f1);
+				     " but (%" PRIu64 ", %u) -> %" PRIu64, d, s, f, d + 1, s, f1);
 		}
 	}
 }
@@ -711,7 +714,7 @@ START_TEST(test_wheel_fire_tick_known_values)
 	T_UINT_EQ(wheel_fire_tick(1, UINT32_MAX), UINT64_C(1) << 32);
 	T_UINT_EQ(wheel_fire_tick(2, UINT32_MAX), UINT64_C(1) << 32);
 	T_UINT_EQ(wheel_fire_tick((UINT64_C(1) << 40) + 1, 1u << 20),
-			  (UINT64_C(1) << 40) + (UINT64_C(1) << 20));
+		  (UINT64_C(1) << 40) + (UINT64_C(1) << 20));
 	T_UINT_EQ(wheel_fire_tick(65, 62), 96);	/* 64 and 128 are out of range */
 	T_UINT_EQ(wheel_fire_tick(0, 1000), 0);	/* zero is a multiple of all */
 }
@@ -730,7 +733,7 @@ START_TEST(test_wheel_fire_tick_saturates)
 	T_UINT_EQ(wheel_fire_tick(UINT64_MAX - 1, UINT32_MAX), UINT64_MAX - 1);
 	/* The best in range is 2^64 - 2^31; 2^64 itself would wrap to 0. */
 	T_UINT_EQ(wheel_fire_tick(UINT64_MAX - UINT32_MAX + 2, UINT32_MAX),
-			  UINT64_MAX - (UINT64_C(1) << 31) + 1);
+		  UINT64_MAX - (UINT64_C(1) << 31) + 1);
 	/* Deadlines whose range runs past UINT64_MAX never wrap to small ticks. */
 	for (i = 0; i < 100000; i++) {
 		uint32_t sl = UINT32_MAX - (uint32_t)t_below(&rng, 1u << 20);
@@ -738,7 +741,7 @@ START_TEST(test_wheel_fire_tick_saturates)
 		d = UINT64_MAX - t_below_log(&rng, UINT64_C(1) << 33);
 		f = wheel_fire_tick(d, sl);
 		T_ASSERT_MSG(f >= d, "wheel_fire_tick(%" PRIu64 ", %u) wrapped to %" PRIu64,
-			      d, sl, f);
+			     d, sl, f);
 		T_UINT_EQ(f, t_ref_fire_tick(d, sl));
 	}
 }
@@ -1038,7 +1041,7 @@ START_TEST(test_wheel_check_detects_corruption)
 	do {									\
 		why = NULL;							\
 		T_ASSERT_MSG(wheel_check(w, &why) == -EUCLEAN,			\
-			      "wheel_check() missed: " what);			\
+			     "wheel_check() missed: " what);			\
 		T_ASSERT_MSG(why && *why, "no reason for: " what);		\
 		T_INT_EQ(wheel_check(w, NULL), -EUCLEAN);		\
 	} while (0)
@@ -1309,7 +1312,9 @@ START_TEST(test_wheel_level_boundaries_alone)
 			for (d = -1; d <= 1; d++) {
 				uint64_t base = t_bases[b];
 				struct t_set *s = t_set_new(base);
-				size_t i = t_set_add(s, base + t_pow64(k) + (uint64_t)(int64_t)d, 0);
+				size_t i;
+
+				i = t_set_add(s, base + t_pow64(k) + (uint64_t)(int64_t)d, 0);
 
 				T_UINT_EQ(t_set_advance(s, s->fire[i] - 1), 0);
 				T_ASSERT(wheel_timer_pending(&s->t[i]));
@@ -1591,7 +1596,7 @@ START_TEST(test_wheel_order_same_tick)
 		T_UINT_EQ(j, n);
 		for (j = 0; j < n; j++)
 			T_ASSERT_MSG(order[j] == perm[j], "pop #%zu is record %zu, added as #%zu",
-				      j, order[j], perm[j]);
+				     j, order[j], perm[j]);
 		t_check(s->w);
 		t_set_free(s);
 	}
@@ -1689,7 +1694,7 @@ START_TEST(test_wheel_order_update_earlier)
 	while ((t = wheel_pop(s->w))) {
 		T_UINT_LT(j, 8);
 		T_ASSERT_MSG(t == &s->t[want[j]], "pop #%zu is record %zu, want %zu",
-			      j, t_set_index(s, t), want[j]);
+			     j, t_set_index(s, t), want[j]);
 		j++;
 	}
 	T_UINT_EQ(j, 8);
@@ -1715,10 +1720,10 @@ static void t_push_later(struct t_set *s, size_t i, uint64_t deadline)
 	T_UINT_GE(deadline, s->t[i].deadline);
 	t_set_update(s, i, deadline);
 	T_ASSERT_MSG(s->t[i].where == where, "push-later of record %zu to %" PRIu64
-		      " relinked it: where %u -> %u", i, deadline, where, s->t[i].where);
+		     " relinked it: where %u -> %u", i, deadline, where, s->t[i].where);
 	if (s->fire[i] > old_fire)
 		T_ASSERT_MSG(s->t[i].flags & WHEEL_F_MOVED, "push-later in place of record %zu"
-			      " did not set WHEEL_F_MOVED", i);
+			     " did not set WHEEL_F_MOVED", i);
 }
 
 START_TEST(test_wheel_update_later_in_place)
@@ -2050,7 +2055,7 @@ struct t_model {
 	uint64_t adv;		/* typical advance; with near, sets how many records fire */
 	unsigned int run;
 	bool far_pushes;	/* allow pushes to (and arms at) the end of time */
-	unsigned int big_odds;	/* 1 in this many of the "big" advances jumps up to 2^50; 0: never */
+	unsigned int big_odds;	/* 1 in this many "big" advances goes up to 2^50; 0: never */
 	uint64_t nfired, nadvance, ntickless, nmoved, live_sum;	/* what the run covered */
 };
 
@@ -2299,17 +2304,18 @@ static uint64_t t_gen_later(struct t_model *m, uint64_t old)
 /* An earlier deadline than @old (> 0): just before it, near now, or anywhere below. */
 static uint64_t t_gen_earlier(struct t_model *m, uint64_t old)
 {
-	uint64_t *r = &m->rng, lo = t_sat_sub(m->curr, 50);
+	uint64_t *r = &m->rng, lo = t_sat_sub(m->curr, 50), span;
 
 	if (lo >= old)
 		lo = 0;
+	span = old - lo;	/* >= 1: the new deadline is in [lo, old) */
 	switch (t_below(r, 3)) {
 	case 0:
-		return old - 1 - t_below(r, t_max(1, t_sat_sub(old, lo) < 64 ? old - lo : 64));
+		return old - 1 - t_below(r, span < 64 ? span : 64);
 	case 1:
-		return lo + t_below(r, old - lo);
+		return lo + t_below(r, span);
 	default:
-		return lo + t_below_log(r, old - lo);
+		return lo + t_below_log(r, span);
 	}
 }
 
@@ -2710,6 +2716,72 @@ static const unsigned int t_mix_small[T_OP_COUNT] = {
  * before one, near the end of time), how many records there are and how
  * near the deadlines cluster.
  */
+/*
+ * wheel_flush() hands every record out at once, from every level and the
+ * overflow list, without moving the current tick.
+ */
+START_TEST(test_wheel_flush)
+{
+	static struct wheel w;
+	static struct wheel_timer t[5];
+	static const uint64_t deadline[5] = {
+		3, 100, 300000, UINT64_C(1) << 50, UINT64_MAX,
+	};
+	struct wheel_timer *p;
+	bool seen[5] = { false };
+	unsigned n = 0;
+
+	wheel_init(&w, 1);
+	for (unsigned i = 0; i < 5; i++)
+		T_INT_EQ(wheel_add(&w, &t[i], deadline[i], 0), 0);
+	wheel_flush(&w);
+	T_UINT_EQ(w.curr, 1);
+	T_UINT_EQ(w.ndue, 5);
+	T_UINT_EQ(wheel_next(&w), 1);
+	while ((p = wheel_pop(&w))) {
+		T_ASSERT(p >= t && p < t + 5);
+		T_ASSERT(!seen[p - t]);
+		seen[p - t] = true;
+		T_ASSERT(!wheel_timer_pending(p));
+		n++;
+	}
+	T_UINT_EQ(n, 5);
+	T_UINT_EQ(wheel_count(&w), 0);
+	T_UINT_EQ(wheel_next(&w), UINT64_MAX);
+	t_check(&w);
+}
+END_TEST
+
+/*
+ * The overflow list is visited at the block of its earliest record.  A bound
+ * left low by a deletion must not survive the list emptying: a record filed
+ * later, after the counter moved on, is then visited at its own block.
+ */
+START_TEST(test_wheel_overflow_bound_after_empty)
+{
+	static struct wheel w;
+	static struct wheel_timer a, b;
+	uint64_t far = 5 * T_SPAN + 7;
+
+	wheel_init(&w, 0);
+	T_INT_EQ(wheel_add(&w, &a, T_SPAN + 1, 0), 0);		/* next block */
+	T_UINT_EQ(a.where, WHEEL_OVERFLOW);
+	T_INT_EQ(wheel_del(&w, &a), 0);
+	T_UINT_EQ(wheel_advance(&w, 2 * T_SPAN + 3), 0);	/* past a's block */
+	T_INT_EQ(wheel_add(&w, &b, far, 0), 0);
+	T_UINT_EQ(b.where, WHEEL_OVERFLOW);
+	t_check(&w);
+	T_UINT_GT(wheel_next(&w), w.curr);
+	T_UINT_LE(wheel_next(&w), far);
+	/* A jump over several blocks: one visit re-files it, it fires on time. */
+	T_UINT_EQ(wheel_advance(&w, far - 1), 0);
+	t_check(&w);
+	T_UINT_EQ(wheel_advance(&w, far), 1);
+	T_ASSERT(wheel_pop(&w) == &b);
+	t_check(&w);
+}
+END_TEST
+
 START_TEST(test_wheel_random_small)
 {
 	static const struct {
@@ -2867,6 +2939,8 @@ static Suite *t_wheel_suite(void)
 	tcase_add_test(tc, test_wheel_del_anywhere);
 	tcase_add_test(tc, test_wheel_insert);
 	tcase_add_test(tc, test_wheel_refresh);
+	tcase_add_test(tc, test_wheel_flush);
+	tcase_add_test(tc, test_wheel_overflow_bound_after_empty);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("random");
