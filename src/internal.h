@@ -138,6 +138,9 @@ struct rec_chunk {
 	struct rec recs[CHUNK_RECS - 1];	/* index offsets 1 .. 4095 */
 };
 
+_Static_assert(sizeof(struct rec) == CACHELINE, "a record is one cache line");
+_Static_assert(sizeof(struct rec_chunk) == CHUNK_BYTES, "a chunk is exactly its mapping");
+
 /* ---- delivery -------------------------------------------------------------- */
 struct delivery {
 	struct rec *r;

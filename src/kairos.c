@@ -453,8 +453,13 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
+	/*
+	 * Tick 0 wakes the shard if it sleeps (once per sleep: wake_pending),
+	 * so a cancelled record leaves the wheel and returns to the pool
+	 * promptly even when nothing is due for hours.
+	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		shard_post(s, r, UINT64_MAX);
+		shard_post(s, r, 0);
 	return 0;
 }
 
@@ -524,20 +529,17 @@ out:
 	return rc;
 }
 
-KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns)
+/* Moves timer @id's deadline to the absolute @deadline_ns. */
+static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
-	uint64_t deadline_ns, tick, old, held, want;
+	uint64_t tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
+	uint64_t old, held, want;
 	unsigned spins = 0;
 	struct shard *s;
 	struct rec *r;
 	bool periodic, earlier;
 	int rc;
 
-	if (!k || !id)
-		return -EINVAL;
-	if (deadline_after(k, delay_ns, &deadline_ns))
-		return -EOVERFLOW;
-	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	rc = enter(k);
 	if (rc)
 		return rc;
@@ -599,6 +601,24 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 out:
 	leave();
 	return rc;
+}
+
+KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns)
+{
+	uint64_t deadline_ns;
+
+	if (!k || !id)
+		return -EINVAL;
+	if (deadline_after(k, delay_ns, &deadline_ns))
+		return -EOVERFLOW;
+	return reset(k, id, deadline_ns);
+}
+
+KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns)
+{
+	if (!k || !id)
+		return -EINVAL;
+	return reset(k, id, deadline_ns);
 }
 
 KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)

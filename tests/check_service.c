@@ -809,6 +809,39 @@ START_TEST(test_service_cancel_before_fire)
 }
 END_TEST
 
+/*
+ * A cancel leaves the wheel promptly: the shard, asleep with nothing due
+ * for an hour, wakes for it instead of holding the record until then.
+ */
+START_TEST(test_service_cancel_wakes_idle_shard)
+{
+	struct kairos_config c;
+	struct kairos *k;
+	struct kairos_stats before, after;
+	struct t_timer t;
+	uint64_t w0;
+
+	kairos_config_default(&c);
+	c.shards = 1;
+	k = t_create(&c);
+	ck_assert_int_eq(t_arm(k, &tt, &t, 3600 * T_SEC), 0);
+	t_sleep_ms(50);		/* the shard files it and goes to sleep */
+	ck_assert_int_eq(kairos_stats(k, &before), 0);
+	ck_assert_int_eq(t_cancel(k, &tt, &t), 0);
+	w0 = before.wakeups;
+	for (int i = 0; i < 200; i++) {
+		ck_assert_int_eq(kairos_stats(k, &after), 0);
+		if (after.wakeups > w0)
+			break;
+		t_sleep_ms(10);
+	}
+	ck_assert_msg(after.wakeups > w0, "the shard never woke for the cancel");
+	ck_assert_int_eq(t.runs, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_service_cancel_after_fire)
 {
 	enum { N = 20 };
@@ -1363,6 +1396,41 @@ START_TEST(test_service_reset_later)
 	t_check_calls(&tt, T_LATE);
 	t_check_identity(k, &tt);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * kairos_reset_at takes an absolute deadline: later and earlier both hold,
+ * one in the past fires promptly, and after the end it is -ENOENT.
+ */
+START_TEST(test_service_reset_at)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer later, earlier, past;
+	uint64_t now = t_now(k), want_later, want_earlier;
+
+	ck_assert_int_eq(t_arm(k, &tt, &later, 20 * T_MS), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &earlier, 10 * T_SEC), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &past, 10 * T_SEC), 0);
+	/* Moved deadlines: checked below from first_ns, not in the callback. */
+	later.base = earlier.base = past.base = 0;
+	want_later = now + 60 * T_MS;
+	want_earlier = now + 30 * T_MS;
+	ck_assert_int_eq(kairos_reset_at(k, later.id, want_later), 0);
+	ck_assert_int_eq(kairos_reset_at(k, earlier.id, want_earlier), 0);
+	ck_assert_int_eq(kairos_reset_at(k, past.id, now - T_MS), 0);
+	ck_assert_int_eq(kairos_reset_at(k, 0, now), -EINVAL);
+	ck_assert_int_eq(kairos_reset_at(NULL, later.id, now), -EINVAL);
+	t_wait_fired(3);
+	ck_assert_uint_ge(t_u64(&later.first_ns), want_later);
+	ck_assert_uint_ge(t_u64(&earlier.first_ns), want_earlier);
+	/* Moved from 10 s to the past: it ran long before its old deadline. */
+	ck_assert_uint_lt(t_u64(&past.first_ns), now + 5 * T_SEC);
+	ck_assert_int_eq(kairos_reset_at(k, later.id, now + T_SEC), -ENOENT);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_reset_at(k, later.id, now), -ESHUTDOWN);
 }
 END_TEST
 
@@ -2585,6 +2653,7 @@ static Suite *t_suite(void)
 
 	tcase_add_test(cancel, test_service_cancel_before_fire);
 	tcase_add_test(cancel, test_service_cancel_after_fire);
+	tcase_add_test(cancel, test_service_cancel_wakes_idle_shard);
 	tcase_add_test(cancel, test_service_cancel_while_running);
 	tcase_add_test(cancel, test_service_cancel_sync_waits);
 	tcase_add_test(cancel, test_service_cancel_sync_waits_periodic);
@@ -2597,6 +2666,7 @@ static Suite *t_suite(void)
 	tcase_add_test(cancel, test_service_foreign_ids);
 
 	tcase_add_test(reset, test_service_reset_later);
+	tcase_add_test(reset, test_service_reset_at);
 	tcase_add_test(reset, test_service_reset_earlier);
 	tcase_add_test(reset, test_service_reset_random);
 	tcase_add_test(reset, test_service_reset_after_end);

@@ -597,7 +597,8 @@ static double sb_cas_floor(struct sb_lists *l, bool clock)
 
 	t0 = bench_now_ns();
 	for (size_t i = 0; i < n; i++) {
-		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)(slots + (size_t)order[i] * BENCH_ALIGN);
+		char *slot = slots + (size_t)order[i] * BENCH_ALIGN;
+		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)slot;
 		uint64_t v;
 
 		if (clock)
@@ -871,7 +872,10 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct bench_rn
 
 	for (size_t i = 0; i < n; i++)
 		l->delay[i] = sb_far_delay(r);
-	/* Memory freed by earlier services back to the kernel: not reused unseen. */
+	/*
+	 * Give what earlier services freed back to the kernel first: memory
+	 * still resident would be reused here without showing in the RSS.
+	 */
 	malloc_trim(0);
 	rss0 = sb_rss_bytes();
 	k = sb_create(&o->cfg);
@@ -997,9 +1001,11 @@ static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 
 		sb_goal_cell(o, goal, sizeof(goal), row, v[row], n);
 		if (o->markdown)
-			printf("| %s | %.*f | %s | %s |\n", ri->name, ri->prec, v[row], ri->unit, goal);
+			printf("| %s | %.*f | %s | %s |\n", ri->name, ri->prec, v[row], ri->unit,
+			       goal);
 		else
-			printf("%-24s %10.*f  %-9s %s\n", ri->name, ri->prec, v[row], ri->unit, goal);
+			printf("%-24s %10.*f  %-9s %s\n", ri->name, ri->prec, v[row], ri->unit,
+			       goal);
 	}
 	if (notes->not_earlier)
 		printf("note: %" PRIu64 " push-earlier ops (of %zu x %u) were not certainly a tick "
@@ -1047,7 +1053,8 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 	sb_destroy(k, 0, "backend");
 
 	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup) : (unsigned int)run;
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup)
+					  : (unsigned int)run;
 		struct sb_notes *nt = run < 0 ? &ignored : &notes;
 		double one[SB_NROWS] = { 0 };
 		struct bench_rng r = { o->seed };
@@ -1162,7 +1169,8 @@ static void sb_scaling(const struct sb_opts *o)
 	double m1, m2;
 
 	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup) : (unsigned int)run;
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup)
+					  : (unsigned int)run;
 		uint64_t seed = o->seed * 1000003u + (uint64_t)(run + 1000) * 64u;
 		double a, b;
 
@@ -1338,7 +1346,8 @@ int sb_main(int argc, char **argv)
 			break;
 		case 't':
 			if (bench_parse_u64(optarg, 1, SB_MAX_THREADS, &v) != 0)
-				return sb_bad_arg("bad --threads '%s' (1..%u)", optarg, SB_MAX_THREADS);
+				return sb_bad_arg("bad --threads '%s' (1..%u)", optarg,
+						  SB_MAX_THREADS);
 			o.threads = (unsigned int)v;
 			break;
 		case 'm':
