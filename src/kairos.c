@@ -453,13 +453,9 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-	/*
-	 * Tick 0 wakes the shard if it sleeps (once per sleep: wake_pending),
-	 * so a cancelled record leaves the wheel and returns to the pool
-	 * promptly even when nothing is due for hours.
-	 */
+	/* The shard unlinks it at its next pass, or after a batch of posts. */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		shard_post(s, r, 0);
+		shard_post(s, r, UINT64_MAX);
 	return 0;
 }
 

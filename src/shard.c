@@ -33,6 +33,9 @@ static struct rec *rec_of(struct wheel_timer *t)
 	return (struct rec *)(void *)t;	/* wt is the first member */
 }
 
+/* Posts that wake a sleeping shard even when no deadline moved earlier. */
+#define SHARD_POST_BATCH	1024
+
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
 	return id_make(st_gen(state), s->index, table_index(s, r));
@@ -41,7 +44,7 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 void shard_post(struct shard *s, struct rec *r, uint64_t tick)
 {
 	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
-	uint64_t n;
+	uint64_t n, sleep;
 
 	do {
 		__atomic_store_n(&r->inbox_next, old, __ATOMIC_RELAXED);
@@ -55,12 +58,20 @@ void shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	 * this record before it sleeps, or this thread sees the tick it sleeps
 	 * until and wakes it.
 	 */
-	if (tick < atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst))
+	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (tick < sleep)
 		goto wake;
-	/* A deep inbox holds records the pool cannot reuse: have it drained. */
-	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed);
-	atomic_store_explicit(&s->inbox_posts, n + 1, memory_order_relaxed);
-	if ((n & 4095) != 4095)
+	/*
+	 * Posts that need no early wake (a later deadline, a cancel) still
+	 * hold records the pool cannot reuse until the shard drains them.
+	 * A sleeping shard is woken every SHARD_POST_BATCH of them, so the
+	 * backlog stays bounded and small without a wake-up per cancel.  The
+	 * count is approximate (racing posters may lose increments): it only
+	 * paces wake-ups.
+	 */
+	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + 1;
+	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
+	if (n < SHARD_POST_BATCH || sleep == 0)
 		return;
 wake:
 	shard_wake(s);

@@ -19,6 +19,9 @@
  *                     server, records in a scattered order.  Judged.
  *   push-later        kairos_reset() of each (random order) to its deadline
  *                     + U[1, 1000] ms.
+ *   push-later (reset_at)  then kairos_reset_at() of each to a further
+ *                     U[1, 1000] ms: the same push for a caller that knows
+ *                     the time, with no clock read in the loop.
  *   push-earlier      then kairos_reset() of each (random order) to 2 ms +
  *                     U[1, 1000] ms before that: still seconds away.
  *   cancel            then kairos_cancel() of each (random order); every one
@@ -133,6 +136,7 @@ enum sb_row {
 	SB_ARM_FRESH,
 	SB_ARM,
 	SB_LATER,
+	SB_LATER_AT,
 	SB_EARLIER,
 	SB_CANCEL,
 	SB_FLOOR,
@@ -179,6 +183,7 @@ static const struct sb_row_info {
 	[SB_ARM_FRESH] = { "arm (fresh pool)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_ARM] = { "arm", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
 	[SB_LATER] = { "push-later", "ns/op", 1, SB_MEDIAN, SB_LE, 30 },
+	[SB_LATER_AT] = { "push-later (reset_at)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EARLIER] = { "push-earlier", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_CANCEL] = { "cancel", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
 	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
@@ -556,6 +561,27 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 	return (double)(t1 - t0) / (double)n;
 }
 
+/*
+ * N kairos_reset_at() calls in list order, op i to op_abs[i]: the caller
+ * knows the time, so no clock is read inside the loop.
+ */
+static double sb_reset_at_all(struct kairos *k, struct sb_lists *l)
+{
+	const kairos_id *id = l->op_id;
+	const uint64_t *target = l->op_abs;
+	size_t n = l->n;
+	uint64_t t0, t1;
+	int err = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++)
+		err |= kairos_reset_at(k, id[i], target[i]);
+	t1 = bench_now_ns();
+	if (err)
+		bench_die("push-later (reset_at): kairos_reset_at failed");
+	return (double)(t1 - t0) / (double)n;
+}
+
 static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
 {
 	const kairos_id *id = l->op_id;
@@ -676,6 +702,19 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 	row[SB_LATER] = sb_reset_all(k, l, "push-later");
 	sb_settle();
 	sb_expect(k, 2 * n, n, n, "push-later");
+
+	/* Later again, to absolute deadlines: the same push without a clock read. */
+	sb_op_ids(l, r);
+	for (size_t i = 0; i < n; i++) {
+		size_t t = l->order[i];
+
+		l->op_abs[i] = l->lo[t] + sb_push(r);
+		l->lo[t] = l->op_abs[i];
+	}
+	sb_progress(n, label, "push-later (reset_at)");
+	row[SB_LATER_AT] = sb_reset_at_all(k, l);
+	sb_settle();
+	sb_expect(k, 2 * n, n, n, "push-later (reset_at)");
 
 	/*
 	 * Earlier than the earliest each deadline can be, by 2 ms + U[1, 1000]
