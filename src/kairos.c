@@ -658,8 +658,13 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 		if (max > out->lateness_max_ns)
 			out->lateness_max_ns = max;
 	}
+	/* A bucket's upper bound can pass the largest sample actually seen. */
 	out->lateness_p50_ns = lat_percentile(bucket, total, 0.50);
+	if (out->lateness_p50_ns > out->lateness_max_ns)
+		out->lateness_p50_ns = out->lateness_max_ns;
 	out->lateness_p99_ns = lat_percentile(bucket, total, 0.99);
+	if (out->lateness_p99_ns > out->lateness_max_ns)
+		out->lateness_p99_ns = out->lateness_max_ns;
 }
 
 KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)

@@ -98,8 +98,9 @@ struct kairos_stats {
 	uint64_t early;		/* callbacks started before their deadline (always 0) */
 	uint64_t lateness_p50_ns;	/* callback start - deadline (one-shot: rounded
 					 * up to its tick), over all calls; */
-	uint64_t lateness_p99_ns;	/* percentiles are bucket upper bounds */
-	uint64_t lateness_max_ns;	/* (within 1/8 of the true value) */
+	uint64_t lateness_p99_ns;	/* percentiles are bucket upper bounds (within
+					 * 1/8 of the true value), capped at the max */
+	uint64_t lateness_max_ns;	/* exact */
 	uint64_t wakeups;	/* shard loop wake-ups, all shards */
 	uint64_t timer_sets;	/* timerfd_settime() calls, all shards */
 	unsigned shards;
