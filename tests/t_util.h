@@ -480,6 +480,11 @@ static inline struct kairos_stats t_check_identity(struct kairos *k, struct t_ta
 		      "periodic_runs: stats %" PRIu64 ", test %" PRIu64, s.periodic_runs,
 		      (uint64_t)atomic_load(&ta->periodic_runs));
 	ck_assert_msg(s.early == 0, "stats.early = %" PRIu64, s.early);
+	/* Percentiles are ordered and never above the exact maximum. */
+	ck_assert_msg(s.lateness_p50_ns <= s.lateness_p99_ns &&
+		      s.lateness_p99_ns <= s.lateness_max_ns,
+		      "lateness p50 %" PRIu64 ", p99 %" PRIu64 ", max %" PRIu64,
+		      s.lateness_p50_ns, s.lateness_p99_ns, s.lateness_max_ns);
 	ck_assert_msg(s.drained == 0, "stats.drained = %" PRIu64 " before destroy", s.drained);
 	ck_assert_msg(atomic_load(&ta->early) == 0,
 		      "%" PRIu64 " callbacks started early (worst by %" PRIu64 " ns)",
