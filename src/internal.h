@@ -207,6 +207,8 @@ struct shard {
 	/* Written by every poster: its own cache lines. */
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t inbox_posts;	/* approximate, to wake on a deep inbox */
+	_Atomic uint32_t drain_seq;	/* futex: bumped each time the shard takes the inbox */
+	_Atomic uint32_t drain_waiters;	/* posters held back by a full inbox */
 	/*
 	 * The tick the shard sleeps until (its timerfd), or 0 while it is awake
 	 * and will look at the inbox before sleeping again.  A poster whose
@@ -278,6 +280,7 @@ struct kairos {
 
 /* The service and timer whose callback this thread is running, if any. */
 extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
+extern _Thread_local struct shard *tls_shard KAIROS_HIDDEN;	/* on a shard thread */
 extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
 
 /* table.c: record pools, lookup by id, reclamation. */

@@ -17,6 +17,7 @@
 #include <urcu-bp.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,32 @@ static struct rec *rec_of(struct wheel_timer *t)
 
 /* Posts that wake a sleeping shard even when no deadline moved earlier. */
 #define SHARD_POST_BATCH	1024
+/*
+ * Posts a shard may be behind before posters wait for it: 64 Ki records,
+ * 4 MiB.  Without a bound, threads that outnumber the cores can post faster
+ * than a shard thread gets CPU to drain, and every record they arm and
+ * cancel stays out of the pool: memory grows until arms fail.
+ */
+#define SHARD_POST_LIMIT	65536
+
+/*
+ * Holds a poster back until its shard has taken the inbox.  Called inside
+ * the poster's RCU read-side section, which only delays reclamation: the
+ * shard keeps draining until destroy has waited for this call.
+ */
+static void post_backoff(struct shard *s)
+{
+	uint32_t seq;
+
+	shard_wake(s);
+	/* seq_cst pairs with the shard's bump of drain_seq and load of waiters. */
+	atomic_fetch_add_explicit(&s->drain_waiters, 1, memory_order_seq_cst);
+	seq = atomic_load_explicit(&s->drain_seq, memory_order_seq_cst);
+	while (atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) >= SHARD_POST_LIMIT &&
+	       atomic_load_explicit(&s->drain_seq, memory_order_acquire) == seq)
+		futex_wait32(&s->drain_seq, seq);
+	atomic_fetch_sub_explicit(&s->drain_waiters, 1, memory_order_relaxed);
+}
 
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
@@ -71,6 +98,11 @@ void shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	 */
 	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + 1;
 	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
+	/* The shard itself (inline callbacks) must never wait for itself. */
+	if (n >= SHARD_POST_LIMIT && tls_shard != s) {
+		post_backoff(s);
+		return;
+	}
 	if (n < SHARD_POST_BATCH || sleep == 0)
 		return;
 wake:
@@ -148,6 +180,9 @@ static void inbox_drain(struct shard *s)
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
 	atomic_store_explicit(&s->inbox_posts, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->drain_seq, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&s->drain_waiters, memory_order_seq_cst))
+		futex_wake32(&s->drain_seq, INT_MAX);
 	/* The stack is newest first; reverse it so equal deadlines keep post order. */
 	while (list) {
 		struct rec *next = __atomic_load_n(&list->inbox_next, __ATOMIC_RELAXED);
@@ -310,6 +345,7 @@ static void *shard_main(void *arg)
 	unsigned spins = 0;
 
 	tls_service = k;
+	tls_shard = s;
 	s->init_rc = s->ops->init(s);
 	if (s->init_rc && s->ops == &backend_uring_ops && s->want == KAIROS_BACKEND_AUTO &&
 	    (s->init_rc == -ENOSYS || s->init_rc == -EPERM || s->init_rc == -EACCES)) {

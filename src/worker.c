@@ -18,6 +18,7 @@
 #define WORKER_BATCH	64
 
 _Thread_local struct kairos *tls_service;
+_Thread_local struct shard *tls_shard;
 _Thread_local kairos_id tls_timer;
 
 static void lock(pthread_mutex_t *m)

@@ -12,6 +12,8 @@
  *             thread, virtual time.
  *   service   bench_service.c: the kairos service through its public API,
  *             called from a thread that is not a shard thread.
+ *   peer      bench_peer.c: the same workloads on kairos, libev, libuv,
+ *             libevent and one timerfd per timer, with ratios to kairos.
  *
  * Helpers every mode uses (failing loudly, the clock, memory, the generator,
  * argument parsing, progress lines, medians) are in bench.h and bench.c.
@@ -37,6 +39,7 @@ static const struct bench_mode bench_modes[] = {
 	  wb_main },
 	{ "service", "the kairos service: API costs, expiry, lateness, memory, CPU, wake-ups",
 	  sb_main },
+	{ "peer", "kairos against libev, libuv, libevent and one timerfd per timer", pb_main },
 };
 
 #define BENCH_NMODES	(sizeof(bench_modes) / sizeof(bench_modes[0]))

@@ -1,0 +1,1911 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_peer.c - kairos-bench mode "peer".
+ *
+ *	kairos-bench peer [options]
+ *
+ * The same workloads, in the same run, on kairos and on what a server would
+ * pick instead: libev, libuv and libevent (each compiled in only when its
+ * development package was found at build time) and one timerfd per timer in
+ * one epoll set.  Every implementation is one table of function pointers
+ * (setup, arm, cancel, push-later, run-in-the-loop, wait, teardown) driven
+ * by the same code with the same lists, so that each does exactly the same
+ * operations on the same slots with the same delays.
+ *
+ * What is compared is what each costs a server thread, used the way it is
+ * meant to be used.  libev, libuv and libevent are single-threaded event
+ * loops: a server arms, pushes and cancels their timers from callbacks on
+ * the loop's own thread, so every batch of operations below runs inside a
+ * callback of the loop (an ev_once, a zero uv_timer, an event_base_once),
+ * and the loop's cached time is what they read.  kairos is called from the
+ * main thread through its public API, as in the service mode: its shard and
+ * worker threads run beside it on the other cores, and their CPU counts in
+ * the churn row.  timerfd is called from the main thread, and a loop
+ * iteration there is one epoll_wait().
+ *
+ * At each N (pending timers), each run, for each implementation (the order
+ * rotates from run to run, so that no column always goes first):
+ *
+ *   arm, cancel       N timers armed with delays U[60, 180] s (idle timeouts
+ *                     that do not fire during the run; untimed: this fills
+ *                     the pools and heaps), then all N cancelled in a random
+ *                     order (timed: cancel), then N armed again (timed: arm,
+ *                     the steady state of a server).  arm+cancel: their sum,
+ *                     ns per pair.
+ *   bytes/timer       resident memory (/proc/self/statm) with those N armed,
+ *                     minus before the implementation was set up, over N:
+ *                     the handle the caller keeps per timer is included
+ *                     (kairos_id, ev_timer, uv_timer_t, the struct event of
+ *                     event_new(), the fd), in arrays mapped lazily so that
+ *                     only the slots used count.  (kernel): the system-wide
+ *                     Slab line of /proc/meminfo over the same span, over N:
+ *                     where one timerfd per timer keeps its cost.
+ *   push-later        each of the N, in a random order, to its delay +
+ *                     U[1, 1000] ms: libev sets repeat and calls
+ *                     ev_timer_again() (the documented idle-timeout idiom),
+ *                     libuv calls uv_timer_start() on the active handle,
+ *                     libevent evtimer_add() on the pending event, timerfd
+ *                     timerfd_settime(), kairos kairos_reset() (which reads
+ *                     the clock; the loops use their cached time).
+ *   lateness          L timers (20000; fewer where one timerfd per timer
+ *                     must fit under RLIMIT_NOFILE), delays of whole
+ *                     milliseconds U{1..200}, armed PB_LAT_BATCH per loop
+ *                     iteration while the N are pending, the loop run until
+ *                     all have fired.  Each callback reads CLOCK_MONOTONIC;
+ *                     its lateness is that minus the deadline meant:
+ *                     CLOCK_MONOTONIC read just before the arm call plus the
+ *                     delay.  p50, p99, max, the callbacks that ran before
+ *                     that deadline (early) and by how much at most.  A loop
+ *                     that computes deadlines from its cached time fires
+ *                     early by as much as that time is stale; libuv's time
+ *                     is also truncated to the millisecond, libevent's (by
+ *                     default) read from CLOCK_MONOTONIC_COARSE.  This is
+ *                     counted, not hidden.
+ *   churn CPU         getrusage(RUSAGE_SELF) user + sys over 1e6 operations
+ *                     on the N pending: 40% push-later, 30% arm, 30% cancel,
+ *                     random members, PB_MIX_BATCH per loop iteration (the
+ *                     pending count stays within N + PB_SLACK); for kairos
+ *                     until its threads are quiet again.  ms per 1e6 ops.
+ *
+ * Times are CLOCK_MONOTONIC around whole batches, taken inside the loop's
+ * callback, so that a loop iteration's own cost is not counted.  The table
+ * shows medians over the runs, the worst run for the lateness max and the
+ * early bound, and the sum over the runs for the early count.  x kairos is
+ * a cell's value over kairos's value in the same row and table: above 1 the
+ * peer costs more (or is later) than kairos.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kairos/kairos.h>
+
+#ifdef HAVE_LIBEV
+#include <ev.h>
+#endif
+#ifdef HAVE_LIBUV
+#include <uv.h>
+#endif
+#ifdef HAVE_LIBEVENT
+#include <event2/event.h>
+#endif
+
+#include "bench.h"
+
+#define PB_MS		UINT64_C(1000000)
+#define PB_S		UINT64_C(1000000000)
+/*
+ * Far timers (idle timeouts of one to three minutes): U[PB_FAR_MIN, +
+ * PB_FAR_SPAN).  Not 10..60 s as in the service mode: on a 2-core machine
+ * shared with other busy processes, a peer starved of CPU took over 30 s
+ * from its pushes to the end of its lateness phase, and a far timer fired.
+ * Both ranges sit on the same level of kairos's wheel at the default 1 ms
+ * tick (4.1 s .. 4.4 min), with the churn's pushes (up to 182 s), and a
+ * heap does not care.
+ */
+#define PB_FAR_MIN	(60 * PB_S)
+#define PB_FAR_SPAN	(120 * PB_S)
+#define PB_PUSH_MIN	PB_MS		/* pushes move U[1, 1000] ms */
+#define PB_PUSH_SPAN	(999 * PB_MS)
+#define PB_LAT_TIMERS	20000u
+#define PB_LAT_FD_TIMERS 5000u		/* where timerfd must fit in the fd limit */
+#define PB_LAT_MAX_MS	200u
+#define PB_LAT_BATCH	100u		/* lateness arms per loop iteration */
+#define PB_MIX_OPS	1000000u
+#define PB_MIX_BATCH	1024u		/* churn ops per loop iteration */
+#define PB_SLACK	2048u		/* churn: pending stays within N + this */
+#define PB_FD_RESERVE	128u		/* fds left for everything but the timers */
+#define PB_MAX_N	10000000u
+#define PB_MAX_SIZES	8
+#define PB_BIG_N	1000000u	/* from here, fewer runs by default */
+#define PB_BIG_RUNS	3u
+#define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
+
+/* ------------------------------------------------------------------------
+ * Rows of the table.
+ */
+
+enum pb_row {
+	PB_ARM,
+	PB_CANCEL,
+	PB_PAIR,
+	PB_LATER,
+	PB_LAT_P50,
+	PB_LAT_P99,
+	PB_LAT_MAX,
+	PB_EARLY,
+	PB_EARLIEST,
+	PB_BYTES,
+	PB_KBYTES,
+	PB_CHURN,
+	PB_NROWS
+};
+
+enum pb_agg {
+	PB_MEDIAN,
+	PB_MAX,
+	PB_SUM,
+};
+
+static const struct pb_row_info {
+	const char *name;
+	const char *unit;
+	int prec;
+	enum pb_agg agg;
+	bool ratio;		/* x kairos means something for this row */
+} pb_rows[PB_NROWS] = {
+	[PB_ARM] = { "arm", "ns/op", 1, PB_MEDIAN, true },
+	[PB_CANCEL] = { "cancel", "ns/op", 1, PB_MEDIAN, true },
+	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, PB_MEDIAN, true },
+	[PB_LATER] = { "push-later", "ns/op", 1, PB_MEDIAN, true },
+	[PB_LAT_P50] = { "lateness p50", "us", 1, PB_MEDIAN, true },
+	[PB_LAT_P99] = { "lateness p99", "us", 1, PB_MEDIAN, true },
+	[PB_LAT_MAX] = { "lateness max", "us", 1, PB_MAX, true },
+	[PB_EARLY] = { "early (sum of runs)", "calls", 0, PB_SUM, false },
+	[PB_EARLIEST] = { "early by at most", "us", 1, PB_MAX, false },
+	[PB_BYTES] = { "bytes/timer (RSS)", "B", 1, PB_MEDIAN, true },
+	[PB_KBYTES] = { "bytes/timer (kernel)", "B", 1, PB_MEDIAN, false },
+	[PB_CHURN] = { "churn CPU", "ms/1e6 ops", 1, PB_MEDIAN, true },
+};
+
+/* ------------------------------------------------------------------------
+ * One implementation: a table of function pointers, driven identically.
+ *
+ * Slots are the caller's timer numbers, 0 .. cap - 1: a slot is armed,
+ * pushed and cancelled as one timer, and armed again after it has ended.
+ * Every function dies on a failure (the numbers would mean nothing).
+ */
+struct pb_impl {
+	const char *name;
+	const char *missing;		/* non-NULL: not built in, and why */
+	void (*setup)(size_t cap);	/* room for slots 0 .. cap - 1 */
+	void (*arm)(uint32_t slot, uint64_t delay_ns);
+	void (*cancel)(uint32_t slot);
+	void (*push_later)(uint32_t slot, uint64_t delay_ns);
+	/* Runs @fn(@arg) as a loop iteration's work, then what is due, no wait. */
+	void (*in_loop)(void (*fn)(void *), void *arg);
+	void (*wait)(void);		/* one iteration that may block for what is due */
+	void (*quiesce)(void);		/* until its own threads, if any, are quiet */
+	void (*teardown)(size_t pending);	/* ends what is pending, frees all */
+	void (*describe)(char *buf, size_t len);	/* version, backend: one line */
+	size_t (*max_cap)(void);	/* the most slots it can hold at once */
+	bool kernel_state;		/* keeps per-timer state in the kernel */
+};
+
+/* The lateness timers: slots pb_lat_base .. + pb_lat_n - 1. */
+static uint32_t pb_lat_base;
+static uint32_t pb_lat_n;
+static _Atomic uint64_t *pb_lat_fired;	/* [j] CLOCK_MONOTONIC in the callback */
+static _Atomic uint64_t pb_lat_done;
+static _Atomic uint64_t pb_strays;	/* far timers that fired */
+static _Atomic uint32_t pb_stray_slot;	/* the last one's slot */
+static _Atomic bool pb_stray_foreign;	/* one fired on a thread not the main one */
+static pid_t pb_main_tid;
+static _Atomic uint64_t pb_twice;	/* lateness timers that fired again */
+
+/* Every implementation's callback: slot @slot fired. */
+static void pb_fired(uint32_t slot)
+{
+	uint64_t now = bench_now_ns();
+	uint32_t j = slot - pb_lat_base;
+
+	if (slot < pb_lat_base || j >= pb_lat_n) {
+		atomic_store_explicit(&pb_stray_slot, slot, memory_order_relaxed);
+		if (gettid() != pb_main_tid)
+			atomic_store_explicit(&pb_stray_foreign, true, memory_order_relaxed);
+		atomic_fetch_add_explicit(&pb_strays, 1, memory_order_relaxed);
+		return;
+	}
+	if (atomic_exchange_explicit(&pb_lat_fired[j], now, memory_order_relaxed) != 0)
+		atomic_fetch_add_explicit(&pb_twice, 1, memory_order_relaxed);
+	/* Release, paired with the waiter's acquire: the stamp before the count. */
+	atomic_fetch_add_explicit(&pb_lat_done, 1, memory_order_release);
+}
+
+/*
+ * Arrays of per-slot handles, mapped and not touched: only the pages of the
+ * slots used become resident, so the bytes row counts what N timers need.
+ */
+static void *pb_map(size_t size)
+{
+	void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "kairos-bench: cannot map %zu bytes\n", size);
+		exit(1);
+	}
+	return p;
+}
+
+static void pb_unmap(void *p, size_t size)
+{
+	if (munmap(p, size ? size : 1) != 0)
+		bench_die("munmap failed");
+}
+
+static size_t pb_no_cap(void)
+{
+	return SIZE_MAX;
+}
+
+static void pb_no_quiesce(void)
+{
+}
+
+#if defined(HAVE_LIBEV) || defined(HAVE_LIBUV) || defined(HAVE_LIBEVENT)
+/* A batch to run inside a loop callback. */
+struct pb_call {
+	void (*fn)(void *);
+	void *arg;
+	bool done;
+};
+
+static void pb_call_run(struct pb_call *c)
+{
+	c->fn(c->arg);
+	c->done = true;
+}
+#endif
+
+/* ------------------------------------------------------------------------
+ * Measuring the process: CPU, memory, quiet.
+ */
+
+static uint64_t pb_cpu_ns(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		bench_die("getrusage failed");
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * PB_S +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+static uint64_t pb_rss_bytes(void)
+{
+	unsigned long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		bench_die("cannot open /proc/self/statm");
+	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+		bench_die("cannot read /proc/self/statm");
+	fclose(f);
+	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The kernel's slab memory, system-wide; 0 when it cannot be read. */
+static uint64_t pb_slab_bytes(void)
+{
+	char line[128];
+	unsigned long long kb = 0;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Slab: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (uint64_t)kb * 1024u;
+}
+
+static void pb_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / PB_S), (long)(ns % PB_S) };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/*
+ * Waits until the process is quiet: under 1 ms of CPU (all threads) over
+ * 5 ms of sleep, so that kairos's shards have filed what they were sent.
+ * Gives up after 3 s.
+ */
+static void pb_settle(void)
+{
+	uint64_t give_up = bench_now_ns() + 3 * PB_S;
+
+	for (;;) {
+		uint64_t c0 = pb_cpu_ns(), c1;
+
+		pb_sleep_ns(5 * PB_MS);
+		c1 = pb_cpu_ns();
+		if (c1 - c0 < PB_MS || bench_now_ns() > give_up)
+			return;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * kairos: the public API from the calling thread.
+ */
+
+static struct kairos *pk_k;
+static kairos_id *pk_id;
+static size_t pk_cap;
+
+static void pk_cb(void *arg, kairos_id id, int status)
+{
+	(void)id;
+	(void)status;
+	pb_fired((uint32_t)(uintptr_t)arg);
+}
+
+static void pk_setup(size_t cap)
+{
+	struct kairos_config cfg;
+	int rc;
+
+	kairos_config_default(&cfg);
+	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
+	if (cfg.clock != CLOCK_MONOTONIC)
+		bench_die("the default service clock is not CLOCK_MONOTONIC");
+	rc = kairos_create(&cfg, &pk_k);
+	if (rc)
+		bench_die("kairos_create: %s", strerror(-rc));
+	pk_cap = cap;
+	pk_id = pb_map(cap * sizeof(*pk_id));
+}
+
+static void pk_arm(uint32_t slot, uint64_t delay_ns)
+{
+	int rc = kairos_arm(pk_k, delay_ns, pk_cb, (void *)(uintptr_t)slot, &pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_arm: %s", strerror(-rc));
+}
+
+static void pk_cancel(uint32_t slot)
+{
+	int rc = kairos_cancel(pk_k, pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_cancel of a pending timer: %s", strerror(-rc));
+}
+
+static void pk_push_later(uint32_t slot, uint64_t delay_ns)
+{
+	int rc = kairos_reset(pk_k, pk_id[slot], delay_ns);
+
+	if (rc)
+		bench_die("kairos_reset of a pending timer: %s", strerror(-rc));
+}
+
+/* Not a loop: the calling thread is any thread. */
+static void pk_in_loop(void (*fn)(void *), void *arg)
+{
+	fn(arg);
+}
+
+static void pk_wait(void)
+{
+	pb_sleep_ns(PB_MS);
+}
+
+static void pk_teardown(size_t pending)
+{
+	struct kairos_stats st;
+	int rc;
+
+	rc = kairos_destroy(pk_k, KAIROS_DRAIN_DROP);
+	if (rc < 0)
+		bench_die("kairos_destroy: %s", strerror(-rc));
+	if ((size_t)rc != pending)
+		bench_die("kairos_destroy dropped %d timers, %zu were pending", rc, pending);
+	rc = kairos_stats(pk_k, &st);
+	if (rc)
+		bench_die("kairos_stats: %s", strerror(-rc));
+	if (st.fired != pb_lat_n || st.early != 0)
+		bench_die("kairos: stats fired %" PRIu64 " early %" PRIu64 ", expected %u and 0",
+			  st.fired, st.early, pb_lat_n);
+	pb_unmap(pk_id, pk_cap * sizeof(*pk_id));
+	pk_k = NULL;
+}
+
+static void pk_describe(char *buf, size_t len)
+{
+	struct kairos_config cfg;
+	struct kairos *k;
+	const char *backend = "?";
+	int rc;
+
+	kairos_config_default(&cfg);
+	rc = kairos_create(&cfg, &k);
+	if (rc)
+		bench_die("kairos_create: %s", strerror(-rc));
+	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
+		backend = "?";
+	snprintf(buf, len, "kairos %d.%d.%d: default config (one shard per CPU, %u workers "
+		 "each, 1 ms tick), backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
+		 KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u, backend);
+	rc = kairos_destroy(k, KAIROS_DRAIN_DROP);
+	if (rc != 0)
+		bench_die("kairos_destroy: %d", rc);
+}
+
+static const struct pb_impl pb_kairos = {
+	.name = "kairos",
+	.setup = pk_setup,
+	.arm = pk_arm,
+	.cancel = pk_cancel,
+	.push_later = pk_push_later,
+	.in_loop = pk_in_loop,
+	.wait = pk_wait,
+	.quiesce = pb_settle,
+	.teardown = pk_teardown,
+	.describe = pk_describe,
+	.max_cap = pb_no_cap,
+};
+
+/* ------------------------------------------------------------------------
+ * libev: ev_timer in a loop of its own (ev_loop_new), 4-heap as built.
+ */
+
+#ifdef HAVE_LIBEV
+static struct ev_loop *pe_loop;
+static ev_timer *pe_w;
+static size_t pe_cap;
+
+static void pe_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	pb_fired((uint32_t)(uintptr_t)w->data);
+}
+
+static void pe_setup(size_t cap)
+{
+	pe_loop = ev_loop_new(EVFLAG_AUTO);
+	if (!pe_loop)
+		bench_die("ev_loop_new failed");
+	pe_cap = cap;
+	pe_w = pb_map(cap * sizeof(*pe_w));
+}
+
+static void pe_arm(uint32_t slot, uint64_t delay_ns)
+{
+	ev_timer *w = &pe_w[slot];
+
+	ev_timer_init(w, pe_cb, (ev_tstamp)delay_ns * 1e-9, 0.);
+	w->data = (void *)(uintptr_t)slot;
+	ev_timer_start(pe_loop, w);
+}
+
+static void pe_cancel(uint32_t slot)
+{
+	ev_timer_stop(pe_loop, &pe_w[slot]);
+}
+
+/* The idle-timeout idiom of libev's manual: set repeat, then ev_timer_again. */
+static void pe_push_later(uint32_t slot, uint64_t delay_ns)
+{
+	ev_timer *w = &pe_w[slot];
+
+	w->repeat = (ev_tstamp)delay_ns * 1e-9;
+	ev_timer_again(pe_loop, w);
+}
+
+static void pe_once_cb(int revents, void *arg)
+{
+	(void)revents;
+	pb_call_run(arg);
+}
+
+static void pe_in_loop(void (*fn)(void *), void *arg)
+{
+	struct pb_call c = { fn, arg, false };
+
+	ev_once(pe_loop, -1, 0, 0., pe_once_cb, &c);
+	while (!c.done)
+		ev_run(pe_loop, EVRUN_ONCE);
+}
+
+static void pe_wait(void)
+{
+	ev_run(pe_loop, EVRUN_ONCE);
+}
+
+static void pe_teardown(size_t pending)
+{
+	(void)pending;
+	/* Active watchers need no stopping: the loop and its heap just go. */
+	ev_loop_destroy(pe_loop);
+	pe_loop = NULL;
+	pb_unmap(pe_w, pe_cap * sizeof(*pe_w));
+}
+
+static void pe_describe(char *buf, size_t len)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	unsigned int b;
+
+	if (!loop)
+		bench_die("ev_loop_new failed");
+	b = ev_backend(loop);
+	snprintf(buf, len, "libev %d.%d: ev_loop_new(EVFLAG_AUTO), backend %s, "
+		 "sizeof(ev_timer) %zu", ev_version_major(), ev_version_minor(),
+		 b == EVBACKEND_EPOLL ? "epoll" : b == EVBACKEND_POLL ? "poll" :
+		 b == EVBACKEND_SELECT ? "select" : "other", sizeof(ev_timer));
+	ev_loop_destroy(loop);
+}
+
+static const struct pb_impl pb_libev = {
+	.name = "libev",
+	.setup = pe_setup,
+	.arm = pe_arm,
+	.cancel = pe_cancel,
+	.push_later = pe_push_later,
+	.in_loop = pe_in_loop,
+	.wait = pe_wait,
+	.quiesce = pb_no_quiesce,
+	.teardown = pe_teardown,
+	.describe = pe_describe,
+	.max_cap = pb_no_cap,
+};
+#else
+static const struct pb_impl pb_libev = {
+	.name = "libev",
+	.missing = "not built: ev.h or libev was not found at build time",
+};
+#endif
+
+/* ------------------------------------------------------------------------
+ * libuv: uv_timer_t on a uv_loop_t of its own.  Its timeouts are whole
+ * milliseconds: delays round up.
+ */
+
+#ifdef HAVE_LIBUV
+static uv_loop_t pu_loop;
+static uv_timer_t *pu_t;
+static uv_timer_t pu_call_timer;
+static size_t pu_cap;
+
+static uint64_t pu_ms(uint64_t delay_ns)
+{
+	return (delay_ns + PB_MS - 1) / PB_MS;
+}
+
+static void pu_cb(uv_timer_t *h)
+{
+	pb_fired((uint32_t)(uintptr_t)h->data);
+}
+
+static void pu_setup(size_t cap)
+{
+	int rc = uv_loop_init(&pu_loop);
+
+	if (rc)
+		bench_die("uv_loop_init: %s", uv_strerror(rc));
+	rc = uv_timer_init(&pu_loop, &pu_call_timer);
+	if (rc)
+		bench_die("uv_timer_init: %s", uv_strerror(rc));
+	pu_cap = cap;
+	pu_t = pb_map(cap * sizeof(*pu_t));
+}
+
+static void pu_arm(uint32_t slot, uint64_t delay_ns)
+{
+	uv_timer_t *h = &pu_t[slot];
+	int rc;
+
+	/* A handle is initialized once, on its slot's first arm; loop is set then. */
+	if (!h->loop) {
+		rc = uv_timer_init(&pu_loop, h);
+		if (rc)
+			bench_die("uv_timer_init: %s", uv_strerror(rc));
+		h->data = (void *)(uintptr_t)slot;
+	}
+	rc = uv_timer_start(h, pu_cb, pu_ms(delay_ns), 0);
+	if (rc)
+		bench_die("uv_timer_start: %s", uv_strerror(rc));
+}
+
+static void pu_cancel(uint32_t slot)
+{
+	int rc = uv_timer_stop(&pu_t[slot]);
+
+	if (rc)
+		bench_die("uv_timer_stop: %s", uv_strerror(rc));
+}
+
+/* uv_timer_start() on an active handle updates it. */
+static void pu_push_later(uint32_t slot, uint64_t delay_ns)
+{
+	int rc = uv_timer_start(&pu_t[slot], pu_cb, pu_ms(delay_ns), 0);
+
+	if (rc)
+		bench_die("uv_timer_start: %s", uv_strerror(rc));
+}
+
+static void pu_call_cb(uv_timer_t *h)
+{
+	pb_call_run(h->data);
+}
+
+static void pu_in_loop(void (*fn)(void *), void *arg)
+{
+	struct pb_call c = { fn, arg, false };
+	int rc;
+
+	pu_call_timer.data = &c;
+	rc = uv_timer_start(&pu_call_timer, pu_call_cb, 0, 0);
+	if (rc)
+		bench_die("uv_timer_start: %s", uv_strerror(rc));
+	/* NOWAIT: UV_RUN_ONCE would then block until the next (far) timer. */
+	while (!c.done)
+		uv_run(&pu_loop, UV_RUN_NOWAIT);
+}
+
+static void pu_wait(void)
+{
+	uv_run(&pu_loop, UV_RUN_ONCE);
+}
+
+static void pu_teardown(size_t pending)
+{
+	int rc;
+
+	(void)pending;
+	/* uv_loop_close() wants every handle closed (and stopped: a heap removal). */
+	for (size_t i = 0; i < pu_cap; i++)
+		if (pu_t[i].loop)
+			uv_close((uv_handle_t *)&pu_t[i], NULL);
+	uv_close((uv_handle_t *)&pu_call_timer, NULL);
+	uv_run(&pu_loop, UV_RUN_DEFAULT);
+	rc = uv_loop_close(&pu_loop);
+	if (rc)
+		bench_die("uv_loop_close: %s", uv_strerror(rc));
+	pb_unmap(pu_t, pu_cap * sizeof(*pu_t));
+}
+
+static void pu_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "libuv %s: a uv_loop_t of its own (epoll), ms timeouts rounded "
+		 "up, sizeof(uv_timer_t) %zu", uv_version_string(), sizeof(uv_timer_t));
+}
+
+static const struct pb_impl pb_libuv = {
+	.name = "libuv",
+	.setup = pu_setup,
+	.arm = pu_arm,
+	.cancel = pu_cancel,
+	.push_later = pu_push_later,
+	.in_loop = pu_in_loop,
+	.wait = pu_wait,
+	.quiesce = pb_no_quiesce,
+	.teardown = pu_teardown,
+	.describe = pu_describe,
+	.max_cap = pb_no_cap,
+};
+#else
+static const struct pb_impl pb_libuv = {
+	.name = "libuv",
+	.missing = "not built: libuv (pkg-config libuv) was not found at build time",
+};
+#endif
+
+/* ------------------------------------------------------------------------
+ * libevent: one event_new() per slot, on its first arm, in an event_base of
+ * default flags.  Timeouts are microseconds: delays round up.
+ */
+
+#ifdef HAVE_LIBEVENT
+static struct event_base *pv_base;
+static struct event **pv_ev;
+static size_t pv_cap;
+
+static struct timeval pv_tv(uint64_t delay_ns)
+{
+	uint64_t us = (delay_ns + 999) / 1000;
+	struct timeval tv = { (time_t)(us / 1000000u), (suseconds_t)(us % 1000000u) };
+
+	return tv;
+}
+
+static void pv_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	pb_fired((uint32_t)(uintptr_t)arg);
+}
+
+static void pv_setup(size_t cap)
+{
+	pv_base = event_base_new();
+	if (!pv_base)
+		bench_die("event_base_new failed");
+	pv_cap = cap;
+	pv_ev = pb_map(cap * sizeof(*pv_ev));
+}
+
+static void pv_arm(uint32_t slot, uint64_t delay_ns)
+{
+	struct timeval tv = pv_tv(delay_ns);
+	struct event *ev = pv_ev[slot];
+
+	if (!ev) {
+		ev = pv_ev[slot] = evtimer_new(pv_base, pv_cb, (void *)(uintptr_t)slot);
+		if (!ev)
+			bench_die("event_new failed");
+	}
+	if (evtimer_add(ev, &tv) != 0)
+		bench_die("evtimer_add failed");
+}
+
+static void pv_cancel(uint32_t slot)
+{
+	if (evtimer_del(pv_ev[slot]) != 0)
+		bench_die("evtimer_del failed");
+}
+
+/* evtimer_add() of a pending event reschedules it. */
+static void pv_push_later(uint32_t slot, uint64_t delay_ns)
+{
+	struct timeval tv = pv_tv(delay_ns);
+
+	if (evtimer_add(pv_ev[slot], &tv) != 0)
+		bench_die("evtimer_add failed");
+}
+
+static void pv_once_cb(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	pb_call_run(arg);
+}
+
+static void pv_in_loop(void (*fn)(void *), void *arg)
+{
+	struct pb_call c = { fn, arg, false };
+
+	/* No timeout: made active at once (libevent's idiom for "call soon"). */
+	if (event_base_once(pv_base, -1, EV_TIMEOUT, pv_once_cb, &c, NULL) != 0)
+		bench_die("event_base_once failed");
+	while (!c.done)
+		if (event_base_loop(pv_base, EVLOOP_ONCE) < 0)
+			bench_die("event_base_loop failed");
+}
+
+static void pv_wait(void)
+{
+	if (event_base_loop(pv_base, EVLOOP_ONCE) < 0)
+		bench_die("event_base_loop failed");
+}
+
+static void pv_teardown(size_t pending)
+{
+	(void)pending;
+	for (size_t i = 0; i < pv_cap; i++)
+		if (pv_ev[i])
+			event_free(pv_ev[i]);
+	event_base_free(pv_base);
+	pv_base = NULL;
+	pb_unmap(pv_ev, pv_cap * sizeof(*pv_ev));
+}
+
+static void pv_describe(char *buf, size_t len)
+{
+	struct event_base *b = event_base_new();
+
+	if (!b)
+		bench_die("event_base_new failed");
+	snprintf(buf, len, "libevent %s: event_base_new() (default flags: no "
+		 "EVENT_BASE_FLAG_PRECISE_TIMER, so CLOCK_MONOTONIC_COARSE), backend %s, "
+		 "sizeof(struct event) %zu", event_get_version(), event_base_get_method(b),
+		 event_get_struct_event_size());
+	event_base_free(b);
+}
+
+static const struct pb_impl pb_libevent = {
+	.name = "libevent",
+	.setup = pv_setup,
+	.arm = pv_arm,
+	.cancel = pv_cancel,
+	.push_later = pv_push_later,
+	.in_loop = pv_in_loop,
+	.wait = pv_wait,
+	.quiesce = pb_no_quiesce,
+	.teardown = pv_teardown,
+	.describe = pv_describe,
+	.max_cap = pb_no_cap,
+};
+#else
+static const struct pb_impl pb_libevent = {
+	.name = "libevent",
+	.missing = "not built: libevent (pkg-config libevent) was not found at build time",
+};
+#endif
+
+/* ------------------------------------------------------------------------
+ * One timerfd per timer, all in one epoll set: arm = timerfd_create() +
+ * timerfd_settime() + EPOLL_CTL_ADD, push = timerfd_settime(), cancel =
+ * close().  A loop iteration is one epoll_wait().
+ */
+
+#define PT_EVENTS	256
+
+static int pt_ep = -1;
+static int *pt_fd;		/* [slot] its fd, or -1 */
+static size_t pt_cap;
+static size_t pt_nofile;	/* RLIMIT_NOFILE, after raising the soft one */
+
+static struct itimerspec pt_its(uint64_t delay_ns)
+{
+	struct itimerspec its = { { 0, 0 }, { (time_t)(delay_ns / PB_S),
+					      (long)(delay_ns % PB_S) } };
+
+	return its;
+}
+
+static void pt_setup(size_t cap)
+{
+	pt_ep = epoll_create1(EPOLL_CLOEXEC);
+	if (pt_ep < 0)
+		bench_die("epoll_create1: %s", strerror(errno));
+	pt_cap = cap;
+	pt_fd = pb_map(cap * sizeof(*pt_fd));
+}
+
+static void pt_arm(uint32_t slot, uint64_t delay_ns)
+{
+	struct itimerspec its = pt_its(delay_ns);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = slot };
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+	if (fd < 0)
+		bench_die("timerfd_create: %s", strerror(errno));
+	if (timerfd_settime(fd, 0, &its, NULL) != 0)
+		bench_die("timerfd_settime: %s", strerror(errno));
+	if (epoll_ctl(pt_ep, EPOLL_CTL_ADD, fd, &ev) != 0)
+		bench_die("epoll_ctl: %s", strerror(errno));
+	/* Stored + 1, so that the untouched (zero) pages of the array read as none. */
+	pt_fd[slot] = fd + 1;
+}
+
+static void pt_cancel(uint32_t slot)
+{
+	/* close() takes the fd out of the epoll set as well. */
+	if (close(pt_fd[slot] - 1) != 0)
+		bench_die("close: %s", strerror(errno));
+	pt_fd[slot] = 0;
+}
+
+static void pt_push_later(uint32_t slot, uint64_t delay_ns)
+{
+	struct itimerspec its = pt_its(delay_ns);
+
+	if (timerfd_settime(pt_fd[slot] - 1, 0, &its, NULL) != 0)
+		bench_die("timerfd_settime: %s", strerror(errno));
+}
+
+/* One loop iteration: the callbacks of what has expired; the timers end. */
+static void pt_poll(int timeout_ms)
+{
+	struct epoll_event ev[PT_EVENTS];
+	int n = epoll_wait(pt_ep, ev, PT_EVENTS, timeout_ms);
+
+	if (n < 0 && errno != EINTR)
+		bench_die("epoll_wait: %s", strerror(errno));
+	for (int i = 0; i < n; i++) {
+		uint32_t slot = (uint32_t)ev[i].data.u64;
+		uint64_t expirations;
+
+		if (read(pt_fd[slot] - 1, &expirations, sizeof(expirations)) !=
+		    (ssize_t)sizeof(expirations))
+			bench_die("read of an expired timerfd: %s", strerror(errno));
+		pb_fired(slot);
+		pt_cancel(slot);
+	}
+}
+
+static void pt_in_loop(void (*fn)(void *), void *arg)
+{
+	fn(arg);
+	pt_poll(0);
+}
+
+static void pt_wait(void)
+{
+	pt_poll(100);
+}
+
+static void pt_teardown(size_t pending)
+{
+	(void)pending;
+	for (size_t i = 0; i < pt_cap; i++)
+		if (pt_fd[i])
+			pt_cancel((uint32_t)i);
+	if (close(pt_ep) != 0)
+		bench_die("close: %s", strerror(errno));
+	pt_ep = -1;
+	pb_unmap(pt_fd, pt_cap * sizeof(*pt_fd));
+}
+
+static void pt_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "timerfd: one timerfd (CLOCK_MONOTONIC) per timer in one epoll "
+		 "set; RLIMIT_NOFILE %zu", pt_nofile);
+}
+
+static size_t pt_max_cap(void)
+{
+	return pt_nofile > PB_FD_RESERVE ? pt_nofile - PB_FD_RESERVE : 0;
+}
+
+static const struct pb_impl pb_timerfd = {
+	.name = "timerfd",
+	.setup = pt_setup,
+	.arm = pt_arm,
+	.cancel = pt_cancel,
+	.push_later = pt_push_later,
+	.in_loop = pt_in_loop,
+	.wait = pt_wait,
+	.quiesce = pb_no_quiesce,
+	.teardown = pt_teardown,
+	.describe = pt_describe,
+	.max_cap = pt_max_cap,
+	.kernel_state = true,
+};
+
+/* Column order; kairos first: every ratio is to it. */
+static const struct pb_impl *const pb_impls[] = {
+	&pb_kairos, &pb_libev, &pb_libuv, &pb_libevent, &pb_timerfd,
+};
+
+#define PB_NIMPL	(sizeof(pb_impls) / sizeof(pb_impls[0]))
+
+/* Raises the soft fd limit to the hard one; remembers what it is. */
+static void pt_raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		bench_die("getrlimit(RLIMIT_NOFILE) failed");
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+			bench_die("getrlimit(RLIMIT_NOFILE) failed");
+	}
+	pt_nofile = rl.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)rl.rlim_cur;
+}
+
+/* ------------------------------------------------------------------------
+ * The workload: one size's lists, filled afresh each run and the same for
+ * every implementation of that run.
+ */
+
+struct pb_lists {
+	size_t n;		/* pending timers */
+	unsigned lat;		/* lateness timers */
+	size_t cap;		/* slots: n + PB_SLACK + lat */
+	uint64_t *delay;	/* [slot < n] arm delay, ns */
+	uint32_t *cancel_order;	/* [op] the slot a cancel ends */
+	uint32_t *later_order;	/* [op] the slot a push moves */
+	uint64_t *later_delay;	/* [op] its new delay, ns */
+	uint64_t *lat_delay;	/* [j] whole ms, in ns */
+	uint64_t *lat_deadline;	/* [j] CLOCK_MONOTONIC before its arm + delay */
+	int64_t *lat_sorted;
+	uint32_t *pool;		/* churn: the pending slots */
+	uint32_t *spare;	/* churn: the free slots */
+	uint64_t mix_seed;
+};
+
+static void pb_lists_alloc(struct pb_lists *l, size_t n, unsigned lat)
+{
+	l->n = n;
+	l->lat = lat;
+	l->cap = n + PB_SLACK + lat;
+	l->delay = bench_alloc(n * sizeof(*l->delay));
+	l->cancel_order = bench_alloc(n * sizeof(*l->cancel_order));
+	l->later_order = bench_alloc(n * sizeof(*l->later_order));
+	l->later_delay = bench_alloc(n * sizeof(*l->later_delay));
+	l->lat_delay = bench_alloc(lat * sizeof(*l->lat_delay));
+	l->lat_deadline = bench_alloc(lat * sizeof(*l->lat_deadline));
+	l->lat_sorted = bench_alloc(lat * sizeof(*l->lat_sorted));
+	l->pool = bench_alloc((n + PB_SLACK) * sizeof(*l->pool));
+	l->spare = bench_alloc((n + PB_SLACK) * sizeof(*l->spare));
+	pb_lat_fired = bench_alloc(lat * sizeof(*pb_lat_fired));
+}
+
+static void pb_lists_free(struct pb_lists *l)
+{
+	free(l->delay);
+	free(l->cancel_order);
+	free(l->later_order);
+	free(l->later_delay);
+	free(l->lat_delay);
+	free(l->lat_deadline);
+	free(l->lat_sorted);
+	free(l->pool);
+	free(l->spare);
+	free((void *)pb_lat_fired);
+	pb_lat_fired = NULL;
+}
+
+static uint64_t pb_far_delay(struct bench_rng *r)
+{
+	return PB_FAR_MIN + rng_next(r) % PB_FAR_SPAN;
+}
+
+static void pb_lists_fill(struct pb_lists *l, struct bench_rng *r)
+{
+	size_t n = l->n;
+
+	for (size_t i = 0; i < n; i++)
+		l->delay[i] = pb_far_delay(r);
+	rng_permutation(r, l->cancel_order, n);
+	rng_permutation(r, l->later_order, n);
+	for (size_t i = 0; i < n; i++)
+		l->later_delay[i] = l->delay[l->later_order[i]] + PB_PUSH_MIN +
+				    rng_next(r) % (PB_PUSH_SPAN + 1);
+	for (unsigned j = 0; j < l->lat; j++)
+		l->lat_delay[j] = (1 + rng_below(r, PB_LAT_MAX_MS)) * PB_MS;
+	l->mix_seed = rng_next(r);
+}
+
+/* ------------------------------------------------------------------------
+ * Batches, each run inside a loop callback and timed there.
+ */
+
+struct pb_job {
+	const struct pb_impl *im;
+	const struct pb_lists *l;
+	unsigned from, to;	/* lateness timers of this batch */
+	uint64_t ns;		/* the timed loop's wall time */
+};
+
+static void pb_arm_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*arm)(uint32_t, uint64_t) = j->im->arm;
+	const uint64_t *delay = j->l->delay;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		arm((uint32_t)i, delay[i]);
+	j->ns = bench_now_ns() - t0;
+}
+
+static void pb_cancel_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*cancel)(uint32_t) = j->im->cancel;
+	const uint32_t *order = j->l->cancel_order;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		cancel(order[i]);
+	j->ns = bench_now_ns() - t0;
+}
+
+static void pb_later_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*push)(uint32_t, uint64_t) = j->im->push_later;
+	const uint32_t *order = j->l->later_order;
+	const uint64_t *delay = j->l->later_delay;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		push(order[i], delay[i]);
+	j->ns = bench_now_ns() - t0;
+}
+
+/* The deadline meant: the clock just before the arm call, plus the delay. */
+static void pb_lat_job(void *arg)
+{
+	struct pb_job *j = arg;
+	const struct pb_lists *l = j->l;
+
+	for (unsigned i = j->from; i < j->to; i++) {
+		uint64_t delay = l->lat_delay[i];
+
+		l->lat_deadline[i] = bench_now_ns() + delay;
+		j->im->arm(pb_lat_base + i, delay);
+	}
+}
+
+/* The churn: its state lives across the loop iterations it runs in. */
+struct pb_mix {
+	const struct pb_impl *im;
+	struct bench_rng r;
+	uint32_t *pool;
+	uint32_t *spare;
+	uint32_t count;		/* pending */
+	uint32_t nspare;
+	uint32_t max;		/* pending at most */
+	uint32_t i;		/* ops done */
+};
+
+static void pb_mix_job(void *arg)
+{
+	struct pb_mix *m = arg;
+	const struct pb_impl *im = m->im;
+	uint32_t end = m->i + PB_MIX_BATCH < PB_MIX_OPS ? m->i + PB_MIX_BATCH : PB_MIX_OPS;
+
+	for (; m->i < end; m->i++) {
+		uint32_t op = rng_below(&m->r, 10);
+
+		if (op < 4 && m->count) {
+			uint32_t j = rng_below(&m->r, m->count);
+
+			/* Later than any deadline before it: the delays grow with i. */
+			im->push_later(m->pool[j], PB_FAR_MIN + PB_FAR_SPAN + PB_S +
+					(uint64_t)m->i * 1000u);
+		} else if ((op < 7 && m->count < m->max) || !m->count) {
+			uint32_t slot = m->spare[--m->nspare];
+
+			im->arm(slot, pb_far_delay(&m->r));
+			m->pool[m->count++] = slot;
+		} else {
+			uint32_t j = rng_below(&m->r, m->count);
+			uint32_t slot = m->pool[j];
+
+			im->cancel(slot);
+			m->pool[j] = m->pool[--m->count];
+			m->spare[m->nspare++] = slot;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * One implementation, one run.
+ */
+
+static int pb_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+static void pb_no_strays(const struct pb_impl *im, const char *what)
+{
+	uint64_t n = atomic_load_explicit(&pb_strays, memory_order_relaxed);
+
+	if (n)
+		bench_die("%s, %s: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired "
+			  "(the last: slot %" PRIu32 "; %s): the run took too long for this N?",
+			  im->name, what, n, PB_FAR_MIN / PB_S,
+			  atomic_load_explicit(&pb_stray_slot, memory_order_relaxed),
+			  atomic_load_explicit(&pb_stray_foreign, memory_order_relaxed) ?
+			  "one ran on a thread other than the main one" : "on the main thread");
+}
+
+static void pb_lateness(const struct pb_impl *im, struct pb_lists *l, double *row)
+{
+	uint64_t give_up, early = 0, earliest = 0;
+	int64_t *v = l->lat_sorted;
+
+	for (unsigned j = 0; j < l->lat; j++)
+		atomic_store_explicit(&pb_lat_fired[j], 0, memory_order_relaxed);
+	atomic_store_explicit(&pb_lat_done, 0, memory_order_relaxed);
+	atomic_store_explicit(&pb_twice, 0, memory_order_relaxed);
+	for (unsigned from = 0; from < l->lat; from += PB_LAT_BATCH) {
+		struct pb_job j = { .im = im, .l = l, .from = from,
+				    .to = from + PB_LAT_BATCH < l->lat ? from + PB_LAT_BATCH : l->lat };
+
+		im->in_loop(pb_lat_job, &j);
+	}
+	give_up = bench_now_ns() + PB_LAT_MAX_MS * PB_MS + PB_WAIT_LIMIT;
+	while (atomic_load_explicit(&pb_lat_done, memory_order_acquire) < l->lat) {
+		if (bench_now_ns() > give_up)
+			bench_die("%s, lateness: %" PRIu64 " of %u callbacks after %" PRIu64 " s",
+				  im->name, atomic_load_explicit(&pb_lat_done, memory_order_relaxed),
+				  l->lat, PB_WAIT_LIMIT / PB_S);
+		im->wait();
+	}
+	if (atomic_load_explicit(&pb_twice, memory_order_relaxed))
+		bench_die("%s, lateness: a one-shot timer fired twice", im->name);
+	for (unsigned j = 0; j < l->lat; j++) {
+		uint64_t fired = atomic_load_explicit(&pb_lat_fired[j], memory_order_relaxed);
+
+		v[j] = (int64_t)(fired - l->lat_deadline[j]);
+		if (v[j] < 0) {
+			early++;
+			earliest = (uint64_t)-v[j] > earliest ? (uint64_t)-v[j] : earliest;
+		}
+	}
+	qsort(v, l->lat, sizeof(*v), pb_cmp_i64);
+	row[PB_LAT_P50] = (double)v[l->lat / 2] / 1e3;
+	row[PB_LAT_P99] = (double)v[(size_t)l->lat * 99 / 100] / 1e3;
+	row[PB_LAT_MAX] = (double)v[l->lat - 1] / 1e3;
+	row[PB_EARLY] = (double)early;
+	row[PB_EARLIEST] = (double)earliest / 1e3;
+}
+
+static void pb_churn(const struct pb_impl *im, struct pb_lists *l, double *row,
+		     size_t *pending)
+{
+	struct pb_mix m = {
+		.im = im, .r = { l->mix_seed }, .pool = l->pool, .spare = l->spare,
+		.count = (uint32_t)l->n, .nspare = PB_SLACK,
+		.max = (uint32_t)(l->n + PB_SLACK),
+	};
+	uint64_t cpu0, cpu1;
+
+	/* Pending: slots 0 .. n - 1; spare: the next PB_SLACK, lowest on top. */
+	for (uint32_t i = 0; i < l->n; i++)
+		l->pool[i] = i;
+	for (uint32_t k = 0; k < PB_SLACK; k++)
+		l->spare[k] = (uint32_t)l->n + PB_SLACK - 1 - k;
+	cpu0 = pb_cpu_ns();
+	while (m.i < PB_MIX_OPS)
+		im->in_loop(pb_mix_job, &m);
+	/* kairos: what its threads do after the calls return counts too. */
+	im->quiesce();
+	cpu1 = pb_cpu_ns();
+	row[PB_CHURN] = (double)(cpu1 - cpu0) / PB_MIX_OPS;	/* ns/op == ms per 1e6 */
+	*pending = m.count;
+}
+
+static void pb_progress(const struct pb_impl *im, size_t n, const char *label,
+			const char *phase)
+{
+	bench_progress("kairos-bench peer: N=%zu %s %s: %s", n, label, im->name, phase);
+}
+
+static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char *label,
+		       double *row)
+{
+	struct pb_job j = { .im = im, .l = l };
+	uint64_t rss0, rss1, slab0, slab1;
+	size_t n = l->n, pending;
+
+	atomic_store_explicit(&pb_strays, 0, memory_order_relaxed);
+	atomic_store_explicit(&pb_stray_foreign, false, memory_order_relaxed);
+	pb_lat_base = (uint32_t)(n + PB_SLACK);
+	pb_lat_n = l->lat;
+	/* What earlier implementations freed goes back to the kernel first. */
+	malloc_trim(0);
+	pb_settle();
+	rss0 = pb_rss_bytes();
+	slab0 = pb_slab_bytes();
+	im->setup(l->cap);
+	im->quiesce();
+
+	pb_progress(im, n, label, "fill");
+	im->in_loop(pb_arm_job, &j);
+	im->quiesce();
+	pb_progress(im, n, label, "cancel");
+	im->in_loop(pb_cancel_job, &j);
+	row[PB_CANCEL] = (double)j.ns / (double)n;
+	im->quiesce();
+	pb_progress(im, n, label, "arm");
+	im->in_loop(pb_arm_job, &j);
+	row[PB_ARM] = (double)j.ns / (double)n;
+	row[PB_PAIR] = row[PB_ARM] + row[PB_CANCEL];
+	im->quiesce();
+	rss1 = pb_rss_bytes();
+	slab1 = pb_slab_bytes();
+	row[PB_BYTES] = ((double)rss1 - (double)rss0) / (double)n;
+	row[PB_KBYTES] = ((double)slab1 - (double)slab0) / (double)n;
+
+	pb_progress(im, n, label, "push-later");
+	im->in_loop(pb_later_job, &j);
+	row[PB_LATER] = (double)j.ns / (double)n;
+	im->quiesce();
+
+	pb_progress(im, n, label, "lateness");
+	pb_lateness(im, l, row);
+	im->quiesce();
+	pb_no_strays(im, "lateness");
+
+	pb_progress(im, n, label, "churn");
+	pb_churn(im, l, row, &pending);
+	pb_no_strays(im, "churn");
+	pb_progress(im, n, label, "teardown");
+	im->teardown(pending);
+}
+
+/* ------------------------------------------------------------------------
+ * Options, sizes, the tables.
+ */
+
+struct pb_opts {
+	size_t sizes[PB_MAX_SIZES];
+	unsigned int nsizes;
+	unsigned int runs;	/* 0: the default (5, fewer from PB_BIG_N) */
+	uint64_t seed;
+	bool markdown;
+	bool raw;
+	const char *plot;
+	bool only[PB_NIMPL];
+	bool only_set;
+};
+
+/* Why an implementation has no numbers at a size. */
+enum pb_state {
+	PB_OK,
+	PB_OFF,		/* not asked for, or not built: no column */
+	PB_NOFD,	/* does not fit in RLIMIT_NOFILE at this N */
+};
+
+struct pb_size {
+	size_t n;
+	unsigned lat;
+	unsigned runs;
+	enum pb_state state[PB_NIMPL];
+	double v[PB_NIMPL][PB_NROWS];	/* aggregated over the runs */
+};
+
+static bool pb_column(const struct pb_opts *o, size_t i)
+{
+	return !pb_impls[i]->missing && (!o->only_set || o->only[i]);
+}
+
+/* Slots that @i needs at N = @n with @lat lateness timers, against its cap. */
+static bool pb_fits(size_t i, size_t n, unsigned lat)
+{
+	return n + PB_SLACK + lat <= pb_impls[i]->max_cap();
+}
+
+/*
+ * The lateness count of a size: 20000, or PB_LAT_FD_TIMERS when a column
+ * that is short of slots (one timerfd per timer) fits only with fewer.  The
+ * same count for every column of a table.
+ */
+static unsigned pb_lat_for(const struct pb_opts *o, size_t n)
+{
+	for (size_t i = 0; i < PB_NIMPL; i++)
+		if (pb_column(o, i) && !pb_fits(i, n, PB_LAT_TIMERS) &&
+		    pb_fits(i, n, PB_LAT_FD_TIMERS))
+			return PB_LAT_FD_TIMERS;
+	return PB_LAT_TIMERS;
+}
+
+static double pb_aggregate(int row, double *sample, unsigned int runs)
+{
+	double v = 0;
+
+	switch (pb_rows[row].agg) {
+	case PB_MAX:
+		for (unsigned int i = 0; i < runs; i++)
+			v = i == 0 || sample[i] > v ? sample[i] : v;
+		return v;
+	case PB_SUM:
+		for (unsigned int i = 0; i < runs; i++)
+			v += sample[i];
+		return v;
+	default:
+		return bench_median(sample, runs);
+	}
+}
+
+static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
+{
+	double (*v)[PB_NIMPL][PB_NROWS] = bench_alloc(s->runs * sizeof(*v));
+	double *sample = bench_alloc(s->runs * sizeof(double));
+	struct pb_lists l;
+
+	pb_lists_alloc(&l, s->n, s->lat);
+	for (unsigned run = 0; run < s->runs; run++) {
+		struct bench_rng r = { o->seed };
+		char label[32];
+
+		snprintf(label, sizeof(label), "run %u/%u", run + 1, s->runs);
+		/* Each (seed, N, run) its own stream; the same for every column. */
+		r.s = rng_next(&r) ^ ((uint64_t)s->n << 20) ^ run;
+		pb_lists_fill(&l, &r);
+		/* Rotate who goes first, so that no column always starts a run. */
+		for (size_t k = 0; k < PB_NIMPL; k++) {
+			size_t i = (k + run) % PB_NIMPL;
+
+			if (s->state[i] == PB_OK)
+				pb_measure(pb_impls[i], &l, label, v[run][i]);
+		}
+	}
+	bench_progress_done();
+	for (size_t i = 0; i < PB_NIMPL; i++) {
+		if (s->state[i] != PB_OK)
+			continue;
+		if (o->raw) {
+			printf("kairos-bench peer: N=%zu %s, each run's values\n", s->n,
+			       pb_impls[i]->name);
+			for (int row = 0; row < PB_NROWS; row++) {
+				printf("%-22s", pb_rows[row].name);
+				for (unsigned run = 0; run < s->runs; run++)
+					printf(" %10.*f", pb_rows[row].prec, v[run][i][row]);
+				printf("\n");
+			}
+			printf("\n");
+		}
+		for (int row = 0; row < PB_NROWS; row++) {
+			for (unsigned run = 0; run < s->runs; run++)
+				sample[run] = v[run][i][row];
+			s->v[i][row] = pb_aggregate(row, sample, s->runs);
+		}
+	}
+	pb_lists_free(&l);
+	free(v);
+	free(sample);
+}
+
+/* One cell: value, and its ratio to kairos's where that means something. */
+static void pb_cell(char *buf, size_t len, const struct pb_size *s, size_t i, int row,
+		    bool ratios)
+{
+	const struct pb_row_info *ri = &pb_rows[row];
+	double x = s->v[i][row], k = s->v[0][row];
+
+	if (s->state[i] == PB_NOFD) {
+		snprintf(buf, len, "n/a (EMFILE)");
+		return;
+	}
+	/* The system-wide slab moves by more than nothing per timer would. */
+	if (row == PB_KBYTES && !pb_impls[i]->kernel_state) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	if (i == 0 || !ratios || !ri->ratio || k <= 0 || x <= 0)
+		snprintf(buf, len, "%.*f", ri->prec, x);
+	else
+		snprintf(buf, len, "%.*f (%.2fx)", ri->prec, x, x / k);
+}
+
+static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
+{
+	bool ratios = s->state[0] == PB_OK;
+	char cell[48];
+
+	if (o->markdown) {
+		printf("**kairos-bench peer**: N=%zu pending, runs=%u, lateness timers=%u, "
+		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n\n", s->n, s->runs,
+		       s->lat, o->seed);
+		printf("| row | unit |");
+		for (size_t i = 0; i < PB_NIMPL; i++)
+			if (pb_column(o, i))
+				printf(" %s |", pb_impls[i]->name);
+		printf("\n|---|---|");
+		for (size_t i = 0; i < PB_NIMPL; i++)
+			if (pb_column(o, i))
+				printf("---:|");
+		printf("\n");
+	} else {
+		printf("kairos-bench peer: N=%zu pending, runs=%u, lateness timers=%u, "
+		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n", s->n, s->runs,
+		       s->lat, o->seed);
+		printf("%-20s %-10s", "row", "unit");
+		for (size_t i = 0; i < PB_NIMPL; i++)
+			if (pb_column(o, i))
+				printf(" %17s", pb_impls[i]->name);
+		printf("\n");
+	}
+	for (int row = 0; row < PB_NROWS; row++) {
+		if (o->markdown)
+			printf("| %s | %s |", pb_rows[row].name, pb_rows[row].unit);
+		else
+			printf("%-20s %-10s", pb_rows[row].name, pb_rows[row].unit);
+		for (size_t i = 0; i < PB_NIMPL; i++) {
+			if (!pb_column(o, i))
+				continue;
+			pb_cell(cell, sizeof(cell), s, i, row, ratios);
+			if (o->markdown)
+				printf(" %s |", cell);
+			else
+				printf(" %17s", cell);
+		}
+		printf("\n");
+	}
+	if (o->markdown)
+		printf("\n");
+	for (size_t i = 0; i < PB_NIMPL; i++)
+		if (pb_column(o, i) && s->state[i] == PB_NOFD)
+			printf("%s: n/a (EMFILE at ~%zu fds): N=%zu + %u churn slack + %u lateness "
+			       "timers need %zu fds, RLIMIT_NOFILE is %zu\n", pb_impls[i]->name,
+			       pt_nofile, s->n, PB_SLACK, s->lat,
+			       s->n + PB_SLACK + s->lat + PB_FD_RESERVE, pt_nofile);
+	if (!ratios)
+		printf("note: kairos was not measured, so no ratios\n");
+	printf("\n");
+	fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------
+ * The plot: gnuplot, when there is one.
+ */
+
+static bool pb_in_path(const char *prog)
+{
+	const char *path = getenv("PATH");
+	char buf[4096];
+
+	if (!path)
+		return false;
+	while (*path) {
+		size_t len = strcspn(path, ":");
+
+		if (len && len + strlen(prog) + 2 <= sizeof(buf)) {
+			snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, prog);
+			if (access(buf, X_OK) == 0)
+				return true;
+		}
+		path += len;
+		if (*path == ':')
+			path++;
+	}
+	return false;
+}
+
+/* @s in gnuplot's single quotes, where a quote is written twice. */
+static void pb_gp_string(FILE *f, const char *s)
+{
+	fputc('\'', f);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', f);
+		fputc(*s, f);
+	}
+	fputc('\'', f);
+}
+
+static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
+{
+	static const struct {
+		int row;
+		bool log;
+	} panels[] = {
+		{ PB_PAIR, true }, { PB_LATER, true }, { PB_CHURN, true },
+		{ PB_BYTES, true }, { PB_LAT_P50, false }, { PB_LAT_P99, false },
+	};
+	FILE *f;
+	int rc;
+
+	if (!pb_in_path("gnuplot")) {
+		fprintf(stderr, "kairos-bench peer: gnuplot is not installed (not in PATH): "
+				"no plot written to %s\n", o->plot);
+		return;
+	}
+	f = popen("gnuplot", "w");
+	if (!f) {
+		fprintf(stderr, "kairos-bench peer: cannot run gnuplot: %s; no plot written\n",
+			strerror(errno));
+		return;
+	}
+	fprintf(f, "set terminal svg size 1500,900 dynamic font 'sans,11'\nset output ");
+	pb_gp_string(f, o->plot);
+	fprintf(f, "\nset style data histograms\nset style histogram clustered gap 1\n"
+		   "set style fill solid 0.8 border -1\n"
+		   "set key outside right top vertical font ',9'\n"
+		   "set grid ytics\nset xlabel 'pending timers'\n"
+		   "set multiplot layout 2,3 title 'kairos-bench peer (medians; lower is "
+		   "better; missing bar: n/a)'\n");
+	for (size_t p = 0; p < sizeof(panels) / sizeof(panels[0]); p++) {
+		const struct pb_row_info *ri = &pb_rows[panels[p].row];
+		bool first = true;
+
+		fprintf(f, "$d%zu << EOD\n", p);
+		for (unsigned s = 0; s < o->nsizes; s++) {
+			fprintf(f, "%zu", sizes[s].n);
+			for (size_t i = 0; i < PB_NIMPL; i++) {
+				if (!pb_column(o, i))
+					continue;
+				double x = sizes[s].v[i][panels[p].row];
+
+				/* Bytes: where per-timer state is in the kernel, that too. */
+				if (panels[p].row == PB_BYTES && pb_impls[i]->kernel_state)
+					x += sizes[s].v[i][PB_KBYTES];
+				if (sizes[s].state[i] == PB_OK)
+					fprintf(f, " %.3f", x);
+				else
+					fprintf(f, " NaN");
+			}
+			fprintf(f, "\n");
+		}
+		fprintf(f, "EOD\n%s\nset title '%s (%s)%s'\nplot ",
+			panels[p].log ? "set logscale y" : "unset logscale y", ri->name, ri->unit,
+			panels[p].row == PB_BYTES ? ", timerfd: + kernel" : "");
+		for (size_t i = 0, col = 2; i < PB_NIMPL; i++) {
+			if (!pb_column(o, i))
+				continue;
+			fprintf(f, "%s$d%zu using %zu%s title '%s'", first ? "" : ", ", p, col,
+				first ? ":xtic(1)" : "", pb_impls[i]->name);
+			first = false;
+			col++;
+		}
+		fprintf(f, "\n");
+	}
+	fprintf(f, "unset multiplot\n");
+	rc = pclose(f);
+	if (rc != 0)
+		fprintf(stderr, "kairos-bench peer: gnuplot failed (status %d); the plot in %s "
+				"may be missing or incomplete\n", rc, o->plot);
+	else
+		printf("plot written to %s\n", o->plot);
+}
+
+/* ------------------------------------------------------------------------
+ * The legend and the entry point.
+ */
+
+static void pb_machine(char *buf, size_t len)
+{
+	char line[256], model[128] = "?";
+	struct utsname u;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			char *c = strchr(line, ':');
+
+			if (!strncmp(line, "model name", 10) && c) {
+				snprintf(model, sizeof(model), "%s", c + 2);
+				model[strcspn(model, "\n")] = '\0';
+				break;
+			}
+		}
+		fclose(f);
+	}
+	if (uname(&u) != 0)
+		snprintf(u.release, sizeof(u.release), "?");
+	snprintf(buf, len, "%s, %ld CPUs online, Linux %s", model, sysconf(_SC_NPROCESSORS_ONLN),
+		 u.release);
+}
+
+static void pb_print_legend(const struct pb_opts *o)
+{
+	const char *pre = o->markdown ? "" : "# ";
+	char buf[512];
+
+	pb_machine(buf, sizeof(buf));
+	printf("%speer: the same workloads on kairos and its peers, one after another in each "
+	       "run (machine: %s)\n", pre, buf);
+	printf("%sWhat each costs a server thread: libev, libuv and libevent are "
+	       "single-threaded loops, so their timers are armed,\n", pre);
+	printf("%s  pushed and cancelled inside a callback on the loop's own thread (their "
+	       "cached loop time); kairos is called from\n", pre);
+	printf("%s  the main thread through its public API while its shard and worker threads "
+	       "run on the other cores; timerfd from the main thread.\n", pre);
+	for (size_t i = 0; i < PB_NIMPL; i++) {
+		if (pb_impls[i]->missing) {
+			printf("%s%s: %s: its column is left out\n", pre, pb_impls[i]->name,
+			       pb_impls[i]->missing);
+			continue;
+		}
+		if (!pb_column(o, i))
+			continue;
+		pb_impls[i]->describe(buf, sizeof(buf));
+		printf("%s%s\n", pre, buf);
+	}
+	printf("%sarm/cancel: N far timers (U[60,180] s) armed untimed, all cancelled in a "
+	       "random order (cancel), armed again (arm);\n", pre);
+	printf("%spush-later: each to its delay + U[1,1000] ms (libev: repeat + "
+	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
+	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
+	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
+	printf("%s  iteration, N pending; early = callbacks before that deadline (a cached "
+	       "loop time makes a loop fire early);\n", pre);
+	printf("%sbytes: RSS with N armed - before setup, over N, the caller's per-timer "
+	       "handle included; (kernel): /proc/meminfo Slab delta\n", pre);
+	printf("%s  over N, system-wide, so shown only where per-timer state is kernel memory "
+	       "(timerfd);\n", pre);
+	printf("%schurn: CPU of the whole process (kairos's threads included) for %u ops, "
+	       "40%% push-later / 30%% arm / 30%% cancel\n", pre, PB_MIX_OPS);
+	printf("%s  on random members, %u per loop iteration.\n", pre, PB_MIX_BATCH);
+	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
+	       "the runs. Deadlines are random, so the\n", pre);
+	printf("%s  loops' special cases for equal timeouts (libevent common timeouts, "
+	       "libev's list idiom) do not apply.\n\n", pre);
+}
+
+static void pb_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
+		"                         [--markdown] [--plot FILE.svg] [--raw]\n"
+		"\n"
+		"The same workloads on kairos, libev, libuv, libevent (those found at build\n"
+		"time) and one timerfd per timer, in the same run: arm, cancel, push-later,\n"
+		"lateness with early callbacks, bytes per pending timer and churn CPU, at\n"
+		"each N, with each value's ratio to kairos's.\n"
+		"\n"
+		"  --n N          pending timers (1000..%u, 1e6 style allowed); repeat for\n"
+		"                 more sizes (default: the most that one timerfd per timer\n"
+		"                 fits under RLIMIT_NOFILE, then 100000 and 1000000)\n"
+		"  --runs N       runs per size, median reported (default 5, and %u from\n"
+		"                 N=%u)\n"
+		"  --seed S       workload seed (default 1)\n"
+		"  --only LIST    comma-separated columns among kairos, libev, libuv,\n"
+		"                 libevent, timerfd (ratios need kairos)\n"
+		"  --markdown     print the tables as markdown\n"
+		"  --plot FILE    also draw the headline rows into FILE (SVG) with gnuplot,\n"
+		"                 when it is installed\n"
+		"  --raw          also print every run's numbers\n"
+		"  -h, --help     this text\n",
+		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N);
+}
+
+__attribute__((format(printf, 1, 2)))
+static int pb_bad_arg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kairos-bench peer: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n\n", stderr);
+	pb_usage(stderr);
+	return 2;
+}
+
+static int pb_parse_only(struct pb_opts *o, const char *arg)
+{
+	const char *p = arg;
+
+	o->only_set = true;
+	while (*p) {
+		size_t len = strcspn(p, ","), i;
+
+		for (i = 0; i < PB_NIMPL; i++)
+			if (strlen(pb_impls[i]->name) == len && !strncmp(p, pb_impls[i]->name, len))
+				break;
+		if (i == PB_NIMPL)
+			return pb_bad_arg("unknown name '%.*s' in --only", (int)len, p);
+		if (pb_impls[i]->missing)
+			fprintf(stderr, "kairos-bench peer: %s: %s\n", pb_impls[i]->name,
+				pb_impls[i]->missing);
+		o->only[i] = true;
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+/* The default sizes: where one timerfd per timer fits, then 1e5 and 1e6. */
+static void pb_default_sizes(struct pb_opts *o)
+{
+	for (size_t i = 0; i < PB_NIMPL; i++) {
+		size_t cap = pb_impls[i]->max_cap(), n;
+
+		if (!pb_column(o, i) || cap == SIZE_MAX)
+			continue;
+		n = cap > PB_SLACK + PB_LAT_FD_TIMERS ? cap - PB_SLACK - PB_LAT_FD_TIMERS : 0;
+		n = n / 1000 * 1000;
+		if (n >= 1000 && n < 100000)
+			o->sizes[o->nsizes++] = n;
+		break;
+	}
+	o->sizes[o->nsizes++] = 100000;
+	o->sizes[o->nsizes++] = 1000000;
+}
+
+/* @argv[0] is "peer". */
+int pb_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "n", required_argument, NULL, 'n' },
+		{ "runs", required_argument, NULL, 'r' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "only", required_argument, NULL, 'o' },
+		{ "markdown", no_argument, NULL, 'm' },
+		{ "plot", required_argument, NULL, 'p' },
+		{ "raw", no_argument, NULL, 'R' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct pb_opts o = { .seed = 1 };
+	struct pb_size *sizes;
+	bool any = false;
+	uint64_t v;
+	int c;
+
+	opterr = 0;	/* our messages, not getopt's */
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			if (bench_parse_u64(optarg, 1000, PB_MAX_N, &v) != 0)
+				return pb_bad_arg("bad --n '%s' (1000..%u)", optarg, PB_MAX_N);
+			if (o.nsizes == PB_MAX_SIZES)
+				return pb_bad_arg("too many --n (at most %d), at '%s'", PB_MAX_SIZES,
+						  optarg);
+			o.sizes[o.nsizes++] = (size_t)v;
+			break;
+		case 'r':
+			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
+				return pb_bad_arg("bad --runs '%s' (1..1000)", optarg);
+			o.runs = (unsigned int)v;
+			break;
+		case 's':
+			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
+				return pb_bad_arg("bad --seed '%s'", optarg);
+			o.seed = v;
+			break;
+		case 'o':
+			if (pb_parse_only(&o, optarg) != 0)
+				return 2;
+			break;
+		case 'm':
+			o.markdown = true;
+			break;
+		case 'p':
+			if (!*optarg)
+				return pb_bad_arg("empty --plot file name");
+			o.plot = optarg;
+			break;
+		case 'R':
+			o.raw = true;
+			break;
+		case 'h':
+			pb_usage(stdout);
+			return 0;
+		default:
+			return pb_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return pb_bad_arg("unexpected argument '%s'", argv[optind]);
+	for (size_t i = 0; i < PB_NIMPL; i++)
+		any |= pb_column(&o, i);
+	if (!any)
+		return pb_bad_arg("nothing to measure: every column asked for is not built");
+	pt_raise_nofile();
+	pb_main_tid = gettid();
+	if (!o.nsizes)
+		pb_default_sizes(&o);
+
+#ifndef __OPTIMIZE__
+	printf("kairos-bench peer: warning: built without optimization; "
+	       "numbers are not representative\n\n");
+#endif
+	pb_print_legend(&o);
+	sizes = bench_alloc(o.nsizes * sizeof(*sizes));
+	for (unsigned s = 0; s < o.nsizes; s++) {
+		struct pb_size *sz = &sizes[s];
+
+		sz->n = o.sizes[s];
+		sz->lat = pb_lat_for(&o, sz->n);
+		sz->runs = o.runs ? o.runs : sz->n >= PB_BIG_N ? PB_BIG_RUNS : 5;
+		for (size_t i = 0; i < PB_NIMPL; i++)
+			sz->state[i] = !pb_column(&o, i) ? PB_OFF :
+				       pb_fits(i, sz->n, sz->lat) ? PB_OK : PB_NOFD;
+		pb_bench_size(&o, sz);
+		pb_print_table(&o, sz);
+	}
+	if (o.plot)
+		pb_plot(&o, sizes);
+	free(sizes);
+	return 0;
+}

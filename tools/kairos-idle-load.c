@@ -1,0 +1,947 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kairos-idle-load - a load client for kairos-idle-server that checks its
+ * idle timeouts from the outside.
+ *
+ *	kairos-idle-load --port N [--conns C] [--idle-frac F] [--interval MS]
+ *	                 [--idle MS] [--slack MS] [--duration S] [--seed X]
+ *	                 [--race-frac F] [--sources N] [--quit-server]
+ *
+ * It opens C connections to 127.0.0.1:N.  A random subset of them (F of C,
+ * rounded) stops sending at a random moment; the others send a 16-byte
+ * message every --interval ms until the end and read the echoes.  One thread
+ * drives them all with epoll.  When the server closes a connection (a read
+ * returns 0, or ECONNRESET) the client notes when it saw the close.
+ *
+ * The server resets a connection's timer when it reads, after the client's
+ * send began (on loopback the bytes can reach the server, and be read, before
+ * send() returns) and before it echoes, so the server's deadline lies between
+ * send + T and echo + T, where "send" is when the last send that came back
+ * echoed was called and "echo" when that echo was read.  (A send whose echo
+ * never came may have crossed the server's close: the server need not have
+ * read it.)  The verdict, after --duration s:
+ *   - every idle connection was closed by the server;
+ *   - no busy connection was closed by the server;
+ *   - no close was early: seen before send + T - 1 ms (a close seen that
+ *     early certainly happened before the server's deadline);
+ *   - no close was late: seen after echo + T + slack (default 1 tick of
+ *     1 ms + 50 ms, for a loaded two-core machine).  Measuring from the echo
+ *     leaves out how long the server took to accept and read, which under
+ *     load says nothing about the timers; what remains, and is reported as
+ *     lateness, is the timer's lateness plus the server's and the client's
+ *     scheduling delays: an upper bound.
+ *
+ * With more than 10000 connections it spreads them over several loopback
+ * source addresses (127.0.0.1, 127.0.0.2, ...; see --sources) because a
+ * connect() from one address that has used most of its ephemeral ports
+ * costs a millisecond of kernel port search.
+ *
+ * --race-frac makes some idle connections close themselves between 1 ms
+ * before and 2 ms after T, racing the server's timer (its kairos_cancel()
+ * then meets a callback that runs or ran); either side may close first, so
+ * they are only checked for an early close by the server.
+ *
+ * The server's CPU time over the run is read from its "STATS\n" control
+ * answer at the start and at the end.  --quit-server sends "QUIT\n" at the
+ * end so the server exits.
+ *
+ * It also measures how long the machine stalled it: its loop waking later
+ * than asked or taking long over a turn, and a thread that only sleeps 1 ms
+ * at a time waking late.  A failed verdict while such a stall exceeded half
+ * the slack is reported as INCONCLUSIVE, unless a close was early: the
+ * machine, not the timers, may have held things up.
+ *
+ * Exit status: 0 on a passing verdict, 1 on a failing one, 2 for a usage or
+ * setup error (the server unreachable, too few file descriptors), 3 for an
+ * inconclusive one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MS		1000000ull
+#define MAXEV		512
+#define CONNECTING_MAX	256	/* connects in flight at once */
+#define CONNECT_TURN	32	/* connects started per loop turn (~80 us each) */
+#define EARLY_EPS_NS	(1 * MS)	/* loopback transit allowance */
+#define MSG		"kairos-idle-pin\n"
+#define MSG_LEN		16
+#define SHOW		5	/* offending connections described, per kind */
+
+struct lconn {
+	int fd;			/* -1: not open (yet, or any more) */
+	bool idle;		/* in the subset that falls silent */
+	bool connecting;	/* connect() in flight */
+	bool opened;
+	int open_err;		/* why the connect failed, else 0 */
+	bool stopped;		/* idle and past stop_at: sends no more */
+	bool racer;		/* idle, and closes itself about when T ends */
+	bool self_closed;	/* a racer that closed before the server did */
+	int64_t race_at;	/* racer: closes at last_send + T + this */
+	bool closed;		/* closed by the server */
+	int close_err;		/* 0 for EOF, else the errno seen */
+	uint64_t stop_at;	/* idle only: no send at or after this */
+	uint64_t last_send;	/* when the last send returned */
+	uint64_t send_start;	/* when the last send was called */
+	uint64_t acked_start;	/* send_start of the last send echoed back */
+	uint64_t last_echo;	/* when echo bytes were last read */
+	uint64_t echo_done;	/* when every byte sent had been echoed */
+	uint64_t close_seen;	/* when the close was seen */
+	uint64_t sent, echoed;	/* bytes */
+};
+
+/* Sends due, in order: every busy connection has the same interval. */
+struct fifo {
+	uint32_t *idx;
+	uint64_t *due;
+	uint32_t head, len, cap;
+};
+
+struct opts {
+	unsigned port;
+	unsigned long conns;
+	double idle_frac, race_frac;
+	unsigned long interval_ms, idle_ms, slack_ms, duration_s;
+	unsigned long sources;	/* source addresses 127.0.0.1 .. 127.0.0.N */
+	uint64_t seed;
+	bool quit_server;
+};
+
+struct cpu {
+	bool ok;
+	long long utime_us, stime_us;
+	unsigned long long turn_max_us, handoff_max_us;	/* end of run only */
+};
+
+/*
+ * The sleeper: a thread that sleeps 1 ms at a time and records how much
+ * later than asked it woke.  It shares nothing with kairos or the server, so
+ * what it sees is the machine itself failing to run a thread on time (CPU
+ * contention, a stall on I/O), which delays the server and this client too.
+ */
+struct sleeper {
+	pthread_t thread;
+	atomic_bool stop;
+	uint64_t max_ns;	/* read after the join */
+};
+
+static struct sockaddr_in server_addr;
+static unsigned long nsources = 1;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "kairos-idle-load: %s: %s\n", what, strerror(err));
+	exit(2);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	/* splitmix64: reproducible from --seed. */
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fifo_push(struct fifo *f, uint32_t i, uint64_t due)
+{
+	uint32_t at = (f->head + f->len) % f->cap;
+
+	f->idx[at] = i;
+	f->due[at] = due;
+	f->len++;
+}
+
+static uint32_t fifo_pop(struct fifo *f)
+{
+	uint32_t i = f->idx[f->head];
+
+	f->head = (f->head + 1) % f->cap;
+	f->len--;
+	return i;
+}
+
+/* A blocking socket to the server with 2 s timeouts, or -1. */
+static int dial(void)
+{
+	struct timeval tv = { 2, 0 };
+	int fd, one = 1;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	/* Linux bounds connect() by SO_SNDTIMEO: a full backlog fails fast. */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&server_addr, sizeof(server_addr))) {
+		int err = errno;
+
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+/* Asks the server for its counters and CPU time ("STATS\n"). */
+static struct cpu server_cpu(void)
+{
+	struct cpu c = { 0 };
+	char buf[512];
+	size_t got = 0;
+	int fd = dial();
+	char *p;
+
+	if (fd < 0)
+		return c;
+	if (send(fd, "STATS\n", 6, MSG_NOSIGNAL) != 6)
+		goto out;
+	while (got < sizeof(buf) - 1) {
+		ssize_t n = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (memchr(buf, '\n', got))
+			break;
+	}
+	buf[got] = '\0';
+	p = strstr(buf, "utime_us ");
+	if (p && sscanf(p, "utime_us %lld stime_us %lld", &c.utime_us, &c.stime_us) == 2)
+		c.ok = true;
+	p = strstr(buf, "turn_max_us ");
+	if (p)
+		(void)sscanf(p, "turn_max_us %llu handoff_max_us %llu", &c.turn_max_us,
+			     &c.handoff_max_us);
+out:
+	close(fd);
+	return c;
+}
+
+static void quit_server(void)
+{
+	int fd = dial();
+
+	if (fd < 0) {
+		fprintf(stderr, "kairos-idle-load: QUIT: connect: %s\n", strerror(errno));
+		return;
+	}
+	if (send(fd, "QUIT\n", 5, MSG_NOSIGNAL) != 5)
+		fprintf(stderr, "kairos-idle-load: QUIT: send failed\n");
+	close(fd);
+}
+
+static void *sleeper_main(void *arg)
+{
+	struct sleeper *sl = arg;
+	struct timespec ts = { 0, 1000000 };
+
+	/* Relaxed: the flag only has to be seen eventually. */
+	while (!atomic_load_explicit(&sl->stop, memory_order_relaxed)) {
+		uint64_t t0 = now_ns(), late;
+
+		nanosleep(&ts, NULL);
+		late = now_ns() - t0;
+		late = late > MS ? late - MS : 0;
+		if (late > sl->max_ns)
+			sl->max_ns = late;
+	}
+	return NULL;
+}
+
+/* The server closed connection @c (seen now). */
+static void mark_closed(int epfd, struct lconn *c, int err)
+{
+	c->closed = true;
+	c->close_err = err;
+	c->close_seen = now_ns();
+	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void on_readable(int epfd, struct lconn *c)
+{
+	char buf[4096];
+
+	for (;;) {
+		ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0) {
+			c->echoed += (uint64_t)n;
+			c->last_echo = now_ns();
+			if (c->echoed == c->sent) {
+				c->echo_done = c->last_echo;
+				c->acked_start = c->send_start;
+			}
+			continue;
+		}
+		if (n == 0)
+			mark_closed(epfd, c, 0);
+		else if (errno != EAGAIN && errno != EINTR)
+			mark_closed(epfd, c, errno);
+		return;
+	}
+}
+
+/* One send; false when the connection turned out closed by the server. */
+static bool send_one(int epfd, struct lconn *c, uint64_t *stalls)
+{
+	uint64_t start = now_ns();
+	ssize_t n = send(c->fd, MSG, MSG_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	if (n == MSG_LEN) {
+		c->send_start = start;
+		c->last_send = now_ns();
+		c->sent += MSG_LEN;
+		return true;
+	}
+	if (n >= 0 || errno == EAGAIN) {
+		/* A full send buffer on loopback: the server is not reading. */
+		(*stalls)++;
+		return true;
+	}
+	mark_closed(epfd, c, errno);
+	return false;
+}
+
+static double pct_ms(const int64_t *v, size_t n, double p)
+{
+	size_t i;
+
+	if (!n)
+		return 0;
+	i = (size_t)(p * (double)(n - 1) + 0.5);
+	return (double)v[i] / 1e6;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kairos-idle-load --port N [options]\n"
+		"  --port N        the server's port on 127.0.0.1 (required)\n"
+		"  --conns C       connections (default 2000)\n"
+		"  --idle-frac F   fraction that falls idle (default 0.1)\n"
+		"  --interval MS   busy connections send every MS ms (default 100)\n"
+		"  --idle MS       the server's idle timeout T (default 1000)\n"
+		"  --slack MS      allowed lateness of a close (default 51: 1 tick + 50)\n"
+		"  --duration S    run time in seconds (default 5)\n"
+		"  --seed X        random seed (default 1)\n"
+		"  --sources N     spread connections over source addresses 127.0.0.1\n"
+		"                  to 127.0.0.N (default: one per 10000 connections)\n"
+		"  --race-frac F   fraction of the idle connections that close themselves\n"
+		"                  within a millisecond or two of T, racing the server's\n"
+		"                  timer: either side may close first (default 0)\n"
+		"  --quit-server   send QUIT to the server at the end\n");
+}
+
+static unsigned long num(const char *opt, const char *s, unsigned long max)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s ? s : "", &end, 0);
+	if (!s || errno || *end || end == s || v > max) {
+		fprintf(stderr, "kairos-idle-load: bad value for %s\n", opt);
+		exit(2);
+	}
+	return v;
+}
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){ .conns = 2000, .idle_frac = 0.1, .interval_ms = 100,
+			    .idle_ms = 1000, .slack_ms = 51, .duration_s = 5, .seed = 1 };
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--port")) {
+			o->port = (unsigned)num(a, v, 65535), i++;
+		} else if (!strcmp(a, "--conns")) {
+			o->conns = num(a, v, 1000000), i++;
+		} else if (!strcmp(a, "--idle-frac")) {
+			char *end;
+
+			o->idle_frac = v ? strtod(v, &end) : -1;
+			if (!v || *end || !(o->idle_frac >= 0 && o->idle_frac <= 1)) {
+				fprintf(stderr, "kairos-idle-load: bad value for %s\n", a);
+				exit(2);
+			}
+			i++;
+		} else if (!strcmp(a, "--race-frac")) {
+			char *end;
+
+			o->race_frac = v ? strtod(v, &end) : -1;
+			if (!v || *end || !(o->race_frac >= 0 && o->race_frac <= 1)) {
+				fprintf(stderr, "kairos-idle-load: bad value for %s\n", a);
+				exit(2);
+			}
+			i++;
+		} else if (!strcmp(a, "--interval")) {
+			o->interval_ms = num(a, v, 3600000), i++;
+		} else if (!strcmp(a, "--idle")) {
+			o->idle_ms = num(a, v, 3600000), i++;
+		} else if (!strcmp(a, "--slack")) {
+			o->slack_ms = num(a, v, 3600000), i++;
+		} else if (!strcmp(a, "--duration")) {
+			o->duration_s = num(a, v, 86400), i++;
+		} else if (!strcmp(a, "--seed")) {
+			o->seed = num(a, v, ULONG_MAX), i++;
+		} else if (!strcmp(a, "--sources")) {
+			o->sources = num(a, v, 254), i++;
+		} else if (!strcmp(a, "--quit-server")) {
+			o->quit_server = true;
+		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			exit(0);
+		} else {
+			usage(stderr);
+			exit(2);
+		}
+	}
+	if (!o->port || !o->conns || !o->interval_ms || !o->idle_ms || !o->duration_s) {
+		usage(stderr);
+		exit(2);
+	}
+	if (!o->sources)
+		o->sources = (o->conns + 9999) / 10000;
+	/* Busy connections must send well within T, or they time out too. */
+	if (o->interval_ms * 2 > o->idle_ms) {
+		fprintf(stderr, "kairos-idle-load: --interval must be at most half of --idle\n");
+		exit(2);
+	}
+}
+
+static void raise_nofile(unsigned long need)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		die("getrlimit", errno);
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			die("setrlimit", errno);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && need > rl.rlim_cur) {
+		fprintf(stderr, "kairos-idle-load: %lu connections need %lu files, "
+			"RLIMIT_NOFILE allows %llu\n", need - 16, need,
+			(unsigned long long)rl.rlim_cur);
+		exit(2);
+	}
+}
+
+/* Starts a non-blocking connect for @c; false (and noted) if it failed. */
+static bool start_connect(int epfd, struct lconn *c, unsigned long i)
+{
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLIN | EPOLLRDHUP, .data.u64 = i };
+	int one = 1;
+
+	c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		c->open_err = errno;
+		return false;
+	}
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (nsources > 1) {
+		struct sockaddr_in src = { .sin_family = AF_INET };
+
+		/*
+		 * Once one address has used most of its ephemeral ports, the
+		 * kernel's search for a free one makes each connect() cost a
+		 * millisecond (measured here: 30 us up to 14000 connections,
+		 * 1 ms beyond).  Other loopback source addresses have their
+		 * own ports; NO_PORT leaves the port to connect(), which only
+		 * needs the 4-tuple to be unique.
+		 */
+		src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)(i % nsources));
+		setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+		if (bind(c->fd, (struct sockaddr *)&src, sizeof(src))) {
+			c->open_err = errno;
+			close(c->fd);
+			c->fd = -1;
+			return false;
+		}
+	}
+	/*
+	 * The server arms its timer at accept, after this call; when this
+	 * side sees the connect complete may be later still.
+	 */
+	c->acked_start = now_ns();
+	if (connect(c->fd, (struct sockaddr *)&server_addr, sizeof(server_addr)) &&
+	    errno != EINPROGRESS) {
+		c->open_err = errno;
+		close(c->fd);
+		c->fd = -1;
+		return false;
+	}
+	/* Even a connect that completed at once reports EPOLLOUT. */
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, c->fd, &ev))
+		die("epoll_ctl add", errno);
+	c->connecting = true;
+	return true;
+}
+
+/* The connect of @c reported an event: opened, or failed (false). */
+static bool finish_connect(int epfd, struct lconn *c, unsigned long i)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = i };
+	socklen_t len = sizeof(c->open_err);
+
+	c->connecting = false;
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &c->open_err, &len))
+		c->open_err = errno;
+	if (c->open_err) {
+		close(c->fd);
+		c->fd = -1;
+		return false;
+	}
+	if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev))
+		die("epoll_ctl mod", errno);
+	c->opened = true;
+	c->send_start = c->last_send = c->last_echo = now_ns();
+	return true;
+}
+
+struct verdict {
+	unsigned long busy, idle, open_failed, not_open;
+	unsigned long idle_closed, idle_missing, early, late, busy_closed;
+	unsigned long racers, race_server_first;
+	int64_t *lat;		/* idle closes: seen - (echo + T) */
+	size_t nlat;
+	int64_t margin;		/* least of seen - (acked_start + T) */
+};
+
+static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct verdict *v)
+{
+	uint64_t t_ns = o->idle_ms * MS, slack_ns = o->slack_ms * MS;
+	unsigned shown_missing = 0, shown_busy = 0, shown_bad = 0;
+
+	memset(v, 0, sizeof(*v));
+	v->margin = INT64_MAX;
+	v->lat = calloc(o->conns, sizeof(*v->lat));
+	if (!v->lat)
+		die("calloc", ENOMEM);
+	for (unsigned long i = 0; i < o->conns; i++) {
+		struct lconn *c = &cs[i];
+		uint64_t echo;
+		int64_t lat;
+
+		if (c->idle)
+			v->idle++;
+		else
+			v->busy++;
+		if (!c->opened) {
+			if (!c->open_err) {
+				v->not_open++;
+				continue;
+			}
+			if (v->open_failed++ < SHOW)
+				printf("  connection %lu failed to open: %s\n", i,
+				       strerror(c->open_err));
+			continue;
+		}
+		if (!c->idle) {
+			if (c->closed && ++v->busy_closed && shown_busy++ < SHOW)
+				printf("  busy connection %lu closed by the server: %.3f ms after "
+				       "its last send, %.3f ms after its last echo (%s)\n", i,
+				       (double)(c->close_seen - c->last_send) / 1e6,
+				       (double)(c->close_seen - c->last_echo) / 1e6,
+				       c->close_err ? strerror(c->close_err) : "EOF");
+			continue;
+		}
+		if (c->racer) {
+			/* Either side may close first; the server never early. */
+			v->racers++;
+			if (c->self_closed)
+				continue;
+			if (!c->closed) {
+				v->idle_missing++;
+				printf("  racing connection %lu never closed\n", i);
+				continue;
+			}
+			v->race_server_first++;
+			if (c->close_seen + EARLY_EPS_NS < c->acked_start + t_ns) {
+				v->early++;
+				if (shown_bad++ < SHOW)
+					printf("  racing connection %lu closed EARLY by the server: "
+					       "%.3f ms after its last send (T %lu ms)\n", i,
+					       (double)(c->close_seen - c->acked_start) / 1e6,
+					       o->idle_ms);
+			}
+			continue;
+		}
+		if (!c->closed) {
+			v->idle_missing++;
+			if (shown_missing++ < SHOW)
+				printf("  idle connection %lu never closed: last send %.3f ms "
+				       "before the end\n", i, (double)(end - c->last_send) / 1e6);
+			continue;
+		}
+		v->idle_closed++;
+		/* Every send echoed: the server's reset came before the echo. */
+		echo = c->echoed == c->sent && c->echo_done ? c->echo_done : c->last_send;
+		lat = (int64_t)(c->close_seen - (echo + t_ns));
+		v->lat[v->nlat++] = lat;
+		if ((int64_t)(c->close_seen - (c->acked_start + t_ns)) < v->margin)
+			v->margin = (int64_t)(c->close_seen - (c->acked_start + t_ns));
+		if (c->close_seen + EARLY_EPS_NS < c->acked_start + t_ns) {
+			v->early++;
+			if (shown_bad++ < SHOW)
+				printf("  idle connection %lu closed EARLY: %.3f ms after its last "
+				       "send (T %lu ms)\n", i,
+				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
+		} else if (lat > (int64_t)slack_ns) {
+			v->late++;
+			if (shown_bad++ < SHOW)
+				printf("  idle connection %lu closed late: %.3f ms after its last echo "
+				       "+ T, %.3f ms after its last send + T\n", i, (double)lat / 1e6,
+				       (double)(c->close_seen - c->last_send - t_ns) / 1e6);
+		}
+	}
+	qsort(v->lat, v->nlat, sizeof(*v->lat), cmp_i64);
+}
+
+int main(int argc, char **argv)
+{
+	struct epoll_event evs[MAXEV];
+	struct opts o;
+	struct verdict v;
+	struct lconn *cs;
+	struct fifo q;
+	struct cpu cpu0, cpu1;
+	struct rusage ru;
+	uint64_t rng, t_start, t_end, window_ns, *pick, stalls = 0, sends = 0;
+	uint64_t sent = 0, echoed = 0;
+	unsigned long nidle, nracers, next_open = 0, connecting = 0, nopened = 0;
+	uint64_t stall_max = 0, stall_limit;
+	struct sleeper sl = { 0 };
+	const char *verdict;
+	int rc;
+	uint32_t *racers;
+	uint64_t t_opened = 0, turn;
+	int epfd;
+
+	parse(argc, argv, &o);
+	raise_nofile(o.conns + 16);
+	signal(SIGPIPE, SIG_IGN);
+	server_addr.sin_family = AF_INET;
+	server_addr.sin_port = htons((uint16_t)o.port);
+	server_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	nsources = o.sources;
+
+	/*
+	 * Idle connections stop sending within the first part of the run, so
+	 * that each one's close is due (T + slack after its last send) before
+	 * the end, with room for a few intervals of scheduling delay.
+	 */
+	if (o.duration_s * 1000 <= o.idle_ms + o.slack_ms + 2 * o.interval_ms + 100) {
+		fprintf(stderr, "kairos-idle-load: --duration must exceed T + slack + "
+			"2 intervals + 100 ms (%lu ms)\n",
+			o.idle_ms + o.slack_ms + 2 * o.interval_ms + 100);
+		return 2;
+	}
+	window_ns = (o.duration_s * 1000 - o.idle_ms - o.slack_ms - 2 * o.interval_ms - 100) * MS;
+
+	cs = calloc(o.conns, sizeof(*cs));
+	pick = calloc(o.conns, sizeof(*pick));
+	q.cap = (uint32_t)o.conns;
+	q.head = q.len = 0;
+	q.idx = calloc(o.conns, sizeof(*q.idx));
+	q.due = calloc(o.conns, sizeof(*q.due));
+	if (!cs || !pick || !q.idx || !q.due)
+		die("calloc", ENOMEM);
+
+	/* Exactly round(F * C) idle connections, chosen by a partial shuffle. */
+	rng = o.seed;
+	nidle = (unsigned long)(o.idle_frac * (double)o.conns + 0.5);
+	for (unsigned long i = 0; i < o.conns; i++) {
+		cs[i].fd = -1;
+		pick[i] = i;
+	}
+	for (unsigned long i = 0; i < nidle; i++) {
+		unsigned long j = i + rng_next(&rng) % (o.conns - i);
+		uint64_t t = pick[i];
+
+		pick[i] = pick[j];
+		pick[j] = t;
+		cs[pick[i]].idle = true;
+	}
+	/* The picks are in random order: the first ones race. */
+	nracers = (unsigned long)(o.race_frac * (double)nidle + 0.5);
+	racers = calloc(nracers + 1, sizeof(*racers));
+	if (!racers)
+		die("calloc", ENOMEM);
+	for (unsigned long i = 0; i < nracers; i++) {
+		struct lconn *c = &cs[pick[i]];
+
+		c->racer = true;
+		/* From 1 ms before T to 2 ms after: the server fires just after T. */
+		c->race_at = (int64_t)(rng_next(&rng) % (3 * MS)) - (int64_t)MS;
+		racers[i] = (uint32_t)pick[i];
+	}
+	free(pick);
+
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0)
+		die("epoll_create1", errno);
+	cpu0 = server_cpu();
+	if (!cpu0.ok) {
+		fprintf(stderr, "kairos-idle-load: no STATS answer from 127.0.0.1:%u\n", o.port);
+		return 2;
+	}
+	printf("load: %lu connections (%lu idle) from %lu address%s, interval %lu ms, T %lu ms, "
+	       "slack %lu ms, %lu s, seed %llu\n", o.conns, nidle, o.sources,
+	       o.sources > 1 ? "es" : "", o.interval_ms, o.idle_ms, o.slack_ms, o.duration_s,
+	       (unsigned long long)o.seed);
+	fflush(stdout);
+
+	if (pthread_create(&sl.thread, NULL, sleeper_main, &sl))
+		die("pthread_create", EAGAIN);
+	t_start = now_ns();
+	t_end = t_start + o.duration_s * 1000000000ull;
+	for (unsigned long i = 0; i < o.conns; i++)
+		if (cs[i].idle)
+			cs[i].stop_at = t_start + rng_next(&rng) % window_ns;
+
+	turn = now_ns();
+	for (;;) {
+		uint64_t now = now_ns();
+		int timeout, n;
+
+		if (now >= t_end)
+			break;
+		/*
+		 * Start connects without waiting for them, so that a slow
+		 * accept on the server side (a SYN dropped from a full backlog
+		 * waits a second for its retransmit) never stalls the sends
+		 * and reads of the connections already open.
+		 */
+		for (int b = 0; b < CONNECT_TURN && next_open < o.conns &&
+				connecting < CONNECTING_MAX; b++) {
+			if (start_connect(epfd, &cs[next_open], next_open))
+				connecting++;
+			next_open++;
+		}
+		now = now_ns();
+		while (q.len && q.due[q.head] <= now) {
+			uint32_t i = fifo_pop(&q);
+			struct lconn *c = &cs[i];
+
+			if (c->closed)
+				continue;
+			if (c->idle && now >= c->stop_at) {
+				c->stopped = true;
+				continue;
+			}
+			if (!send_one(epfd, c, &stalls))
+				continue;
+			sends++;
+			/* Same interval for all: pushing now + interval keeps order. */
+			fifo_push(&q, i, now_ns() + o.interval_ms * MS);
+		}
+		now = now_ns();
+		{
+			uint64_t until = t_end;
+
+			/* Racers close themselves about when the server's T ends. */
+			for (unsigned long r = 0; r < nracers; r++) {
+				struct lconn *c = &cs[racers[r]];
+				uint64_t due = c->last_send + o.idle_ms * MS + (uint64_t)c->race_at;
+
+				if (!c->stopped || c->fd < 0)
+					continue;
+				if (now >= due) {
+					epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+					close(c->fd);
+					c->fd = -1;
+					c->self_closed = true;
+				} else if (due < until) {
+					until = due;
+				}
+			}
+			if (q.len && q.due[q.head] < until)
+				until = q.due[q.head];
+			timeout = until > now ? (int)((until - now + MS - 1) / MS) : 0;
+			if (next_open < o.conns && connecting < CONNECTING_MAX)
+				timeout = 0;	/* more connects to start */
+		}
+		/*
+		 * A stall of this loop: a wait that returned later than asked,
+		 * or a turn whose work took long.  Either delays sends (a busy
+		 * connection may look idle) and the noticing of closes.
+		 */
+		{
+			uint64_t asked = now_ns() + (uint64_t)timeout * MS, woke;
+
+			if (now > turn && now - turn > stall_max)
+				stall_max = now - turn;
+			n = epoll_wait(epfd, evs, MAXEV, timeout);
+			woke = now_ns();
+			if (woke > asked && woke - asked > stall_max)
+				stall_max = woke - asked;
+			turn = woke;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			die("epoll_wait", errno);
+		}
+		for (int e = 0; e < n; e++) {
+			uint32_t i = (uint32_t)evs[e].data.u64;
+			struct lconn *c = &cs[i];
+
+			if (c->fd < 0)
+				continue;
+			if (!c->connecting) {
+				on_readable(epfd, c);
+				continue;
+			}
+			connecting--;
+			if (!finish_connect(epfd, c, i))
+				continue;
+			if (++nopened == o.conns)
+				t_opened = now_ns();
+			/* Every connection sends once, idle ones included. */
+			if (send_one(epfd, c, &stalls)) {
+				sends++;
+				fifo_push(&q, i, c->last_send + o.interval_ms * MS);
+			}
+		}
+	}
+	/* Closes already delivered but not yet read count too. */
+	for (;;) {
+		int n = epoll_wait(epfd, evs, MAXEV, 0);
+
+		for (int e = 0; e < n; e++) {
+			struct lconn *c = &cs[evs[e].data.u64];
+
+			if (c->fd >= 0 && !c->connecting)
+				on_readable(epfd, c);
+		}
+		if (n < MAXEV)
+			break;
+	}
+
+	atomic_store_explicit(&sl.stop, true, memory_order_relaxed);
+	if (pthread_join(sl.thread, NULL))
+		die("pthread_join", EINVAL);
+	judge(&o, cs, now_ns(), &v);
+	cpu1 = server_cpu();
+	for (unsigned long i = 0; i < o.conns; i++) {
+		sent += cs[i].sent;
+		echoed += cs[i].echoed;
+		if (cs[i].fd >= 0)
+			close(cs[i].fd);
+	}
+	if (o.quit_server)
+		quit_server();
+	getrusage(RUSAGE_SELF, &ru);
+
+	printf("connections: %lu opened of %lu (%lu busy, %lu idle), %lu failed to open, "
+	       "%lu not open by the end\n", nopened, o.conns, v.busy, v.idle, v.open_failed,
+	       v.not_open);
+	if (t_opened)
+		printf("all open after %.1f ms\n", (double)(t_opened - t_start) / 1e6);
+	printf("idle closed by server: %lu of %lu (early %lu, late %lu, never %lu)\n",
+	       v.idle_closed, v.idle - v.racers, v.early, v.late, v.idle_missing);
+	printf("busy closed by server: %lu\n", v.busy_closed);
+	if (v.racers)
+		printf("racing closes: %lu idle connections closed themselves near T; the "
+		       "server closed %lu of them first\n", v.racers, v.race_server_first);
+	printf("close lateness (seen - (echo + T)): min %.3f p50 %.3f p99 %.3f max %.3f ms\n",
+	       v.nlat ? (double)v.lat[0] / 1e6 : 0.0, pct_ms(v.lat, v.nlat, 0.50),
+	       pct_ms(v.lat, v.nlat, 0.99), v.nlat ? (double)v.lat[v.nlat - 1] / 1e6 : 0.0);
+	if (v.nlat)
+		printf("closest to early: seen %.3f ms after last echoed send + T (early below -%.3f)\n",
+		       (double)v.margin / 1e6, EARLY_EPS_NS / 1e6);
+	printf("traffic: %llu sends, %llu bytes sent, %llu echoed, %llu stalled sends\n",
+	       (unsigned long long)sends, (unsigned long long)sent,
+	       (unsigned long long)echoed, (unsigned long long)stalls);
+	if (cpu1.ok)
+		printf("server cpu during run: user %.3f s, system %.3f s\n",
+		       (double)(cpu1.utime_us - cpu0.utime_us) / 1e6,
+		       (double)(cpu1.stime_us - cpu0.stime_us) / 1e6);
+	else
+		printf("server cpu during run: unavailable (no STATS answer at the end)\n");
+	printf("client cpu: user %.3f s, system %.3f s\n",
+	       ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
+	printf("stalls: client loop %.3f ms, client sleeper %.3f ms", stall_max / 1e6,
+	       sl.max_ns / 1e6);
+	if (cpu1.ok)
+		printf(", server loop turn %.3f ms, server fire-to-close hand-off %.3f ms",
+		       cpu1.turn_max_us / 1e3, cpu1.handoff_max_us / 1e3);
+	printf("\n");
+
+	/*
+	 * A failure is blamed on the server only when this client ran on time
+	 * meanwhile.  A stall of the client or of its sleeper thread over half
+	 * the slack means the machine itself stopped running threads for that
+	 * long: the server's loop and kairos' threads are then as likely to
+	 * have been stopped too, and a late close, a busy connection closed
+	 * (its sends held back) or a close not yet seen prove nothing about
+	 * the timers.  An early close is never excused: a stall only delays.
+	 */
+	if (stall_max < sl.max_ns)
+		stall_max = sl.max_ns;
+	stall_limit = o.slack_ms * MS / 2;
+	if (!v.open_failed && !v.not_open && !v.idle_missing && !v.early && !v.late &&
+	    !v.busy_closed && v.idle_closed == v.idle - v.racers) {
+		verdict = "PASS";
+		rc = 0;
+	} else if (!v.early && !v.open_failed && stall_max > stall_limit) {
+		verdict = "INCONCLUSIVE";
+		rc = 3;
+	} else {
+		verdict = "FAIL";
+		rc = 1;
+	}
+	printf("verdict: %s", verdict);
+	if (rc == 3)
+		printf(" (the machine stalled this client %.3f ms, over half the slack: "
+		       "run it again on a quieter machine)", stall_max / 1e6);
+	printf("\n");
+	free(v.lat);
+	free(racers);
+	free(cs);
+	free(q.idx);
+	free(q.due);
+	close(epfd);
+	return rc;
+}

@@ -1,0 +1,799 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kairos-stress - drives a kairos service the way a busy server does, from
+ * several threads at once, and checks every timer's life against the
+ * contract of <kairos/kairos.h>.
+ *
+ *	kairos-stress [options]		(kairos-stress --help for the list)
+ *
+ * On its defaults it runs for 20 s: 4 threads (more than the 2 cores of a
+ * small machine, on purpose) arm, reset, cancel and cancel_sync one-shot and
+ * periodic timers in 100000 slots against a service with one shard per CPU
+ * and a 1 ms tick.  Most timers are idle timeouts that are pushed later over
+ * and over and then cancelled; some are short and fire; a few are periodic
+ * and are stopped with cancel_sync.  While it runs it shows a live progress
+ * line on a terminal (plain lines every few seconds otherwise); at the end
+ * it destroys the service with KAIROS_DRAIN_NOTIFY, checks that every timer
+ * ended exactly once and never early, cross-checks kairos_stats() against
+ * its own tallies, and prints a report (also as JSON with --json, and as an
+ * SVG with --plot).  It also watches for a service that stops delivering:
+ * a callback, a still-pending timer, or the whole service late by more than
+ * --max-late is a violation.  Exit status: 0 when nothing was violated, 1
+ * when something was, 2 for a bad command line or a service that cannot
+ * start.
+ *
+ * The load and the per-timer checks are in stress_load.c, the report in
+ * stress_report.c; this file holds the options and the run.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stress.h"
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+/* ---- the command line ---------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: kairos-stress [options]\n"
+"\n"
+"Stress a kairos timer service from several threads and check every timer's\n"
+"life against the API contract: it ends exactly once (runs, is cancelled, or\n"
+"is drained at destroy), never fires early, never runs after a successful\n"
+"cancel or after cancel_sync returned.  Exit status 0: no violation; 1: a\n"
+"violation (each class is reported with examples); 2: bad usage or setup.\n"
+"\n"
+"Load:\n"
+"  -d, --duration=TIME     how long the load runs (default 20 s; a bare number\n"
+"                          is seconds; also 500ms, 2min)\n"
+"  -t, --threads=N         load threads (default 4)\n"
+"  -n, --timers=N          timer slots over all threads (default 100000; 1e5 works)\n"
+"  -m, --mix=SPEC          weights of the operations, e.g. the default\n"
+"                          reset=60,cancel=25,arm=10,sync=3,periodic=2; keys left\n"
+"                          out weigh 0:\n"
+"                            reset     push a pending one-shot timer's deadline\n"
+"                                      (1 in 16 aims at any slot, ended timers too)\n"
+"                            cancel    kairos_cancel the timer of a random slot of the\n"
+"                                      thread's: pending, or ended (a stale id)\n"
+"                            arm       kairos_arm a one-shot timer on a free slot\n"
+"                            sync      kairos_cancel_sync, aimed as cancel is\n"
+"                            periodic  keep --periodics periodic timers: arm them,\n"
+"                                      stop them with cancel_sync (or cancel) after\n"
+"                                      100 ms..1 s\n"
+"      --idle=MIN-MAX      idle timeout delays (default 50ms-500ms; bare numbers ms)\n"
+"      --short=MIN-MAX     short timer delays, timers that fire (default 1ms-20ms)\n"
+"      --short-share=PCT   share of one-shot arms that are short (default 20)\n"
+"      --period=MIN-MAX    periodic timer periods (default 5ms-20ms)\n"
+"      --periodics=N       periodic timers kept running (default timers/1000)\n"
+"      --slow=PCT          share of short one-shot and periodic timers whose\n"
+"                          callback sleeps --slow-time, so that cancels find it\n"
+"                          running (-EBUSY) and cancel_sync waits (default 5)\n"
+"      --slow-time=TIME    how long a slow callback sleeps (default 100us; a bare\n"
+"                          number is us)\n"
+"      --fill=PCT          slots armed (idle timeouts) before the mix starts\n"
+"                          (default 50)\n"
+"      --rate=OPS          calls per second over all threads (default 0: as fast\n"
+"                          as they go)\n"
+"      --seed=N            seed of the generators (default: from the clock)\n"
+"      --max-late=TIME     a callback later than this after its deadline, or a\n"
+"                          timer still due and not run that long when the load\n"
+"                          stops, is a violation: the service stalled (default\n"
+"                          5 s; a bare number is seconds)\n"
+"\n"
+"Service:\n"
+"      --tick=TIME         wheel tick (default 1ms; a bare number is ns)\n"
+"  -s, --shards=N          shards (default 0: one per online CPU)\n"
+"      --workers=N         callback threads per shard (default 0: the library's, 2)\n"
+"  -b, --backend=NAME      auto, uring or epoll (default auto, which honours\n"
+"                          $KAIROS_BACKEND)\n"
+"      --delivery=MODE     workers or inline (default workers)\n"
+"\n"
+"Output:\n"
+"      --interval=SECS     progress lines when stderr is not a terminal (default 5;\n"
+"                          on a terminal a live line is redrawn instead)\n"
+"  -q, --quiet             no progress output\n"
+"      --json=FILE         also write every number of the report as JSON ('-' for\n"
+"                          stdout, which then holds the JSON only)\n"
+"      --plot=FILE.svg     draw the lateness histogram and calls/s over time with\n"
+"                          gnuplot (if gnuplot is missing, says so and goes on)\n"
+"  -h, --help              this text\n"
+"  -V, --version           the version\n"
+"\n"
+"Lateness is measured by the tool: callback start (the service clock) minus the\n"
+"clock read just before the arm or the last successful reset plus its delay; it\n"
+"includes the rounding up to a tick.\n");
+}
+
+enum {
+	OPT_TICK = 256,
+	OPT_WORKERS,
+	OPT_DELIVERY,
+	OPT_IDLE,
+	OPT_SHORT,
+	OPT_SHORT_SHARE,
+	OPT_PERIOD,
+	OPT_PERIODICS,
+	OPT_SLOW,
+	OPT_SLOW_TIME,
+	OPT_FILL,
+	OPT_RATE,
+	OPT_SEED,
+	OPT_INTERVAL,
+	OPT_MAX_LATE,
+	OPT_JSON,
+	OPT_PLOT,
+};
+
+static const struct option long_opts[] = {
+	{ "duration", required_argument, NULL, 'd' },
+	{ "threads", required_argument, NULL, 't' },
+	{ "timers", required_argument, NULL, 'n' },
+	{ "mix", required_argument, NULL, 'm' },
+	{ "tick", required_argument, NULL, OPT_TICK },
+	{ "shards", required_argument, NULL, 's' },
+	{ "workers", required_argument, NULL, OPT_WORKERS },
+	{ "backend", required_argument, NULL, 'b' },
+	{ "delivery", required_argument, NULL, OPT_DELIVERY },
+	{ "idle", required_argument, NULL, OPT_IDLE },
+	{ "short", required_argument, NULL, OPT_SHORT },
+	{ "short-share", required_argument, NULL, OPT_SHORT_SHARE },
+	{ "period", required_argument, NULL, OPT_PERIOD },
+	{ "periodics", required_argument, NULL, OPT_PERIODICS },
+	{ "slow", required_argument, NULL, OPT_SLOW },
+	{ "slow-time", required_argument, NULL, OPT_SLOW_TIME },
+	{ "fill", required_argument, NULL, OPT_FILL },
+	{ "rate", required_argument, NULL, OPT_RATE },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "interval", required_argument, NULL, OPT_INTERVAL },
+	{ "max-late", required_argument, NULL, OPT_MAX_LATE },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "json", required_argument, NULL, OPT_JSON },
+	{ "plot", required_argument, NULL, OPT_PLOT },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* A count in [@min, @max]: decimal, or the form 1e5. */
+static bool parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	double d;
+
+	if (!*s || *s == '-')
+		return false;
+	errno = 0;
+	*out = strtoull(s, &end, 0);
+	if (*end) {
+		d = strtod(s, &end);
+		if (*end || !isfinite(d) || d < 0 || d != floor(d) || d > 1.8e19)
+			return false;
+		*out = (uint64_t)d;
+	} else if (errno) {
+		return false;
+	}
+	return *out >= min && *out <= max;
+}
+
+/* A duration: a number and an optional unit (ns, us, ms, s, min); @unit for none. */
+static bool parse_time(const char *s, uint64_t unit, uint64_t *ns)
+{
+	static const struct { const char *name; uint64_t ns; } units[] = {
+		{ "ns", 1 }, { "us", 1000 }, { "ms", NS_PER_MS }, { "s", NS_PER_S },
+		{ "min", 60 * NS_PER_S },
+	};
+	char *end;
+	double v;
+
+	if (!*s || *s == '-' || *s == '+')
+		return false;
+	v = strtod(s, &end);
+	if (end == s || !isfinite(v) || v < 0)
+		return false;
+	if (*end) {
+		unit = 0;
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+			if (!strcmp(end, units[i].name))
+				unit = units[i].ns;
+		if (!unit)
+			return false;
+	}
+	v *= (double)unit;
+	if (v >= 1.8e19)
+		return false;
+	*ns = (uint64_t)llround(v);
+	return true;
+}
+
+/* MIN-MAX, or one value for both; bare numbers are ms. */
+static bool parse_range(const char *s, struct range_ns *r)
+{
+	char buf[64], *dash;
+
+	if (strlen(s) >= sizeof(buf))
+		return false;
+	strcpy(buf, s);
+	dash = strchr(buf, '-');
+	if (dash)
+		*dash = 0;
+	if (!parse_time(buf, NS_PER_MS, &r->lo))
+		return false;
+	if (!dash)
+		r->hi = r->lo;
+	else if (!parse_time(dash + 1, NS_PER_MS, &r->hi))
+		return false;
+	return r->lo <= r->hi;
+}
+
+static bool parse_mix(const char *s, unsigned mix[M_N])
+{
+	char buf[256], *save = NULL, *tok;
+	unsigned total = 0;
+
+	if (strlen(s) >= sizeof(buf))
+		return false;
+	strcpy(buf, s);
+	memset(mix, 0, sizeof(unsigned) * M_N);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		uint64_t w;
+		unsigned m;
+
+		if (!eq)
+			return false;
+		*eq = 0;
+		for (m = 0; m < M_N; m++)
+			if (!strcmp(tok, mix_names[m]))
+				break;
+		if (m == M_N || !parse_u64(eq + 1, 0, 1000000, &w))
+			return false;
+		mix[m] = (unsigned)w;
+		total += (unsigned)w;
+	}
+	return total > 0;
+}
+
+static int bad(const char *opt, const char *arg)
+{
+	fprintf(stderr, "kairos-stress: invalid value for %s: '%s'\n\n", opt, arg);
+	usage(stderr);
+	return 2;
+}
+
+static void defaults(struct stress_config *c)
+{
+	static const unsigned mix[M_N] = {
+		[M_RESET] = 60, [M_CANCEL] = 25, [M_ARM] = 10, [M_SYNC] = 3, [M_PERIODIC] = 2,
+	};
+
+	memset(c, 0, sizeof(*c));
+	c->duration_s = 20;
+	c->threads = 4;
+	c->timers = 100000;
+	memcpy(c->mix, mix, sizeof(mix));
+	c->tick_ns = NS_PER_MS;
+	c->backend = KAIROS_BACKEND_AUTO;
+	c->backend_name = "auto";
+	c->delivery = KAIROS_DELIVER_WORKERS;
+	c->idle = (struct range_ns){ 50 * NS_PER_MS, 500 * NS_PER_MS };
+	c->shorts = (struct range_ns){ 1 * NS_PER_MS, 20 * NS_PER_MS };
+	c->period = (struct range_ns){ 5 * NS_PER_MS, 20 * NS_PER_MS };
+	c->life = (struct range_ns){ 100 * NS_PER_MS, 1000 * NS_PER_MS };
+	c->short_pct = 20;
+	c->slow_pct = 5;
+	c->slow_ns = 100 * 1000;
+	c->fill_pct = 50;
+	c->periodics = UINT32_MAX;	/* timers / 1000 once timers is known */
+	c->interval_s = 5;
+	c->max_late_ns = 5 * NS_PER_S;
+	c->seed = 0;
+}
+
+/* Returns -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct stress_config *c)
+{
+	bool seeded = false;
+	uint64_t v;
+	int opt;
+
+	defaults(c);
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":d:t:n:m:s:b:qhV", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case 'd':
+			if (!parse_time(optarg, NS_PER_S, &v) || v < NS_PER_MS || v > 366 * 86400 * NS_PER_S)
+				return bad("--duration", optarg);
+			c->duration_s = (double)v / 1e9;
+			break;
+		case 't':
+			if (!parse_u64(optarg, 1, 4096, &v))
+				return bad("--threads", optarg);
+			c->threads = (unsigned)v;
+			break;
+		case 'n':
+			if (!parse_u64(optarg, 1, UINT32_MAX - 1, &v))
+				return bad("--timers", optarg);
+			c->timers = (uint32_t)v;
+			break;
+		case 'm':
+			if (!parse_mix(optarg, c->mix))
+				return bad("--mix", optarg);
+			break;
+		case OPT_TICK:
+			if (!parse_time(optarg, 1, &v) || v < 1000)
+				return bad("--tick", optarg);
+			c->tick_ns = v;
+			break;
+		case 's':
+			if (!parse_u64(optarg, 0, 256, &v))
+				return bad("--shards", optarg);
+			c->shards = (unsigned)v;
+			break;
+		case OPT_WORKERS:
+			if (!parse_u64(optarg, 0, 1024, &v))
+				return bad("--workers", optarg);
+			c->workers = (unsigned)v;
+			break;
+		case 'b':
+			if (!strcmp(optarg, "auto"))
+				c->backend = KAIROS_BACKEND_AUTO;
+			else if (!strcmp(optarg, "uring") || !strcmp(optarg, "io_uring"))
+				c->backend = KAIROS_BACKEND_URING;
+			else if (!strcmp(optarg, "epoll"))
+				c->backend = KAIROS_BACKEND_EPOLL;
+			else
+				return bad("--backend", optarg);
+			c->backend_name = optarg;
+			break;
+		case OPT_DELIVERY:
+			if (!strcmp(optarg, "workers"))
+				c->delivery = KAIROS_DELIVER_WORKERS;
+			else if (!strcmp(optarg, "inline"))
+				c->delivery = KAIROS_DELIVER_INLINE;
+			else
+				return bad("--delivery", optarg);
+			break;
+		case OPT_IDLE:
+			if (!parse_range(optarg, &c->idle))
+				return bad("--idle", optarg);
+			break;
+		case OPT_SHORT:
+			if (!parse_range(optarg, &c->shorts))
+				return bad("--short", optarg);
+			break;
+		case OPT_PERIOD:
+			if (!parse_range(optarg, &c->period) || !c->period.lo)
+				return bad("--period", optarg);
+			break;
+		case OPT_SHORT_SHARE:
+			if (!parse_u64(optarg, 0, 100, &v))
+				return bad("--short-share", optarg);
+			c->short_pct = (unsigned)v;
+			break;
+		case OPT_PERIODICS:
+			if (!parse_u64(optarg, 0, UINT32_MAX - 1, &v))
+				return bad("--periodics", optarg);
+			c->periodics = (uint32_t)v;
+			break;
+		case OPT_SLOW:
+			if (!parse_u64(optarg, 0, 100, &v))
+				return bad("--slow", optarg);
+			c->slow_pct = (unsigned)v;
+			break;
+		case OPT_SLOW_TIME:
+			if (!parse_time(optarg, 1000, &v) || v > 10 * NS_PER_S)
+				return bad("--slow-time", optarg);
+			c->slow_ns = v;
+			break;
+		case OPT_FILL:
+			if (!parse_u64(optarg, 0, 100, &v))
+				return bad("--fill", optarg);
+			c->fill_pct = (unsigned)v;
+			break;
+		case OPT_RATE:
+			if (!parse_u64(optarg, 0, UINT64_C(1) << 40, &v))
+				return bad("--rate", optarg);
+			c->rate = v;
+			break;
+		case OPT_SEED:
+			if (!parse_u64(optarg, 0, UINT64_MAX, &c->seed))
+				return bad("--seed", optarg);
+			seeded = true;
+			break;
+		case OPT_INTERVAL:
+			if (!parse_time(optarg, NS_PER_S, &v) || v < 100 * NS_PER_MS)
+				return bad("--interval", optarg);
+			c->interval_s = (double)v / 1e9;
+			break;
+		case OPT_MAX_LATE:
+			if (!parse_time(optarg, NS_PER_S, &v) || v < NS_PER_MS)
+				return bad("--max-late", optarg);
+			c->max_late_ns = v;
+			break;
+		case 'q':
+			c->quiet = true;
+			break;
+		case OPT_JSON:
+			c->json_path = optarg;
+			break;
+		case OPT_PLOT:
+			c->plot_path = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("kairos-stress %s\n", KAIROS_STRESS_VERSION);
+			return 0;
+		case ':':
+			fprintf(stderr, "kairos-stress: option '%s' needs a value\n\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		default:
+			fprintf(stderr, "kairos-stress: unknown option '%s'\n\n", argv[optind - 1]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kairos-stress: unexpected argument '%s'\n\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (c->timers < c->threads) {
+		fprintf(stderr, "kairos-stress: --timers (%" PRIu32 ") must be at least --threads (%u)\n",
+			c->timers, c->threads);
+		return 2;
+	}
+	if (c->periodics == UINT32_MAX)
+		c->periodics = c->timers / 1000;
+	if (c->periodics > c->timers / 2)
+		c->periodics = c->timers / 2;
+	if (!seeded) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		c->seed = ((uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec) ^
+			  ((uint64_t)getpid() << 32);
+	}
+	return -1;
+}
+
+/* ---- progress --------------------------------------------------------------- */
+
+struct progress {
+	bool tty;
+	uint64_t t0, last_t, last_ops;
+	uint64_t sample_t, sample_ops[A_N], sample_cb, sample_wakeups, sample_late;
+	struct lsnap *snap;	/* three: all, one-shot, periodic */
+};
+
+static void ops_now(uint64_t ops[A_N])
+{
+	memset(ops, 0, sizeof(uint64_t) * A_N);
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		for (unsigned a = 0; a < A_N; a++)
+			ops[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
+}
+
+static uint64_t sum_ops(const uint64_t ops[A_N])
+{
+	uint64_t n = 0;
+
+	for (unsigned a = 0; a < A_N; a++)
+		n += ops[a];
+	return n;
+}
+
+static uint64_t callbacks_now(void)
+{
+	uint64_t o, p;
+
+	cb_sum(&o, &p, NULL, NULL);
+	return o + p;
+}
+
+/* One sample into the series: the counters since the last one. */
+static void take_sample(struct progress *p, uint64_t now)
+{
+	struct kairos_stats st = { 0 };
+	uint64_t ops[A_N], cb = callbacks_now(), late = 0;
+	struct sample *s;
+
+	if (S.nsamples == S.samples_cap) {
+		size_t cap = S.samples_cap ? S.samples_cap * 2 : 64;
+		struct sample *n = realloc(S.samples, cap * sizeof(*n));
+
+		if (!n)
+			return;
+		S.samples = n;
+		S.samples_cap = cap;
+	}
+	ops_now(ops);
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		late += atomic_load_explicit(&S.th[i].late_pending, memory_order_relaxed);
+	kairos_stats(S.k, &st);
+	s = &S.samples[S.nsamples++];
+	s->late_pending = late - p->sample_late;
+	p->sample_late = late;
+	s->t = (double)(now - p->t0) / 1e9;
+	s->dt = (double)(now - p->sample_t) / 1e9;
+	for (unsigned a = 0; a < A_N; a++) {
+		s->ops[a] = ops[a] - p->sample_ops[a];
+		p->sample_ops[a] = ops[a];
+	}
+	s->callbacks = cb - p->sample_cb;
+	s->wakeups = st.wakeups - p->sample_wakeups;
+	s->pending = st.pending;
+	s->rss_kb = rss_kb("VmRSS:");
+	p->sample_cb = cb;
+	p->sample_wakeups = st.wakeups;
+	p->sample_t = now;
+}
+
+static void progress_line(struct progress *p, uint64_t now)
+{
+	struct kairos_stats st = { 0 };
+	uint64_t ops[A_N], total, nviol = violations_total();
+	double dt = (double)(now - p->last_t) / 1e9;
+	char rate[16], pend[16], fired[16], p99[24];
+
+	ops_now(ops);
+	total = sum_ops(ops);
+	kairos_stats(S.k, &st);
+	late_snapshot(&p->snap[0], &p->snap[1], &p->snap[2]);
+	fmt_count(rate, sizeof(rate), dt > 0 ? (double)(total - p->last_ops) / dt : 0);
+	fmt_count(pend, sizeof(pend), (double)st.pending);
+	fmt_count(fired, sizeof(fired), (double)callbacks_now());
+	if (p->snap[0].n)
+		fmt_ns(p99, sizeof(p99), lsnap_pct(&p->snap[0], 0.99));
+	else
+		snprintf(p99, sizeof(p99), "-");
+	p->last_t = now;
+	p->last_ops = total;
+	if (p->tty)
+		fprintf(stderr, "\r\033[K[%5.1f/%.0f s] %s calls/s  pending %s  fired %s"
+			"  late p99 %s  violations %" PRIu64, (double)(now - p->t0) / 1e9,
+			S.cfg.duration_s, rate, pend, fired, p99, nviol);
+	else
+		fprintf(stderr, "kairos-stress: %.1f/%.0f s: %s calls/s, pending %" PRIu64
+			", fired %" PRIu64 ", late p99 %s, violations %" PRIu64 "\n",
+			(double)(now - p->t0) / 1e9, S.cfg.duration_s, rate, st.pending,
+			callbacks_now(), p99, nviol);
+	fflush(stderr);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Runs the load for the configured time (or until a signal); returns its length in ns. */
+static uint64_t run_load(void)
+{
+	struct progress p = { .tty = isatty(STDERR_FILENO) && !S.cfg.quiet };
+	uint64_t end, next_sample, next_line, line_ns, now;
+	int rc;
+
+	p.snap = malloc(3 * sizeof(*p.snap));
+	if (!p.snap) {
+		fprintf(stderr, "kairos-stress: out of memory\n");
+		exit(2);
+	}
+	p.t0 = p.last_t = p.sample_t = now_ns();
+	end = p.t0 + (uint64_t)(S.cfg.duration_s * 1e9);
+	line_ns = p.tty ? 250 * NS_PER_MS : (uint64_t)(S.cfg.interval_s * 1e9);
+	next_sample = p.t0 + NS_PER_S;
+	next_line = p.t0 + line_ns;
+	for (unsigned i = 0; i < S.cfg.threads; i++) {
+		rc = pthread_create(&S.th[i].thread, NULL, load_main, &S.th[i]);
+		if (rc) {
+			fprintf(stderr, "kairos-stress: pthread_create: %s\n", strerror(rc));
+			exit(2);
+		}
+	}
+	for (;;) {
+		uint64_t wake;
+
+		now = now_ns();
+		if (now >= end || got_signal)
+			break;
+		if (now >= next_sample) {
+			take_sample(&p, now);
+			next_sample += NS_PER_S;
+		}
+		if (!S.cfg.quiet && now >= next_line) {
+			progress_line(&p, now);
+			next_line += line_ns;
+		}
+		wake = next_sample < next_line || S.cfg.quiet ? next_sample : next_line;
+		if (wake > end)
+			wake = end;
+		if (wake > now)
+			sleep_ns(wake - now > 50 * NS_PER_MS ? 50 * NS_PER_MS : wake - now);
+	}
+	atomic_store_explicit(&S.stop, 1, memory_order_relaxed);
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		pthread_join(S.th[i].thread, NULL);
+	now = now_ns();
+	/* The last, partial second, unless it is too short to mean anything. */
+	if (now - p.sample_t > 100 * NS_PER_MS || !S.nsamples)
+		take_sample(&p, now);
+	if (p.tty)
+		fprintf(stderr, "\r\033[K");
+	else if (!S.cfg.quiet)
+		progress_line(&p, now);
+	if (got_signal)
+		S.interrupted = true;
+	free(p.snap);
+	return now - p.t0;
+}
+
+/* ---- after destroy: the API must answer -ESHUTDOWN ------------------------- */
+
+static void never(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	violation(V_API, "callback of timer %#" PRIx64 " armed after kairos_destroy ran"
+		  " (status %d)", id, status);
+}
+
+static void expect_shutdown(const char *call, int rc)
+{
+	if (rc != -ESHUTDOWN)
+		violation(V_API, "%s after kairos_destroy returned %d (%s), not -ESHUTDOWN", call,
+			  rc, strerror(rc < 0 ? -rc : rc));
+}
+
+static void check_after_destroy(void)
+{
+	kairos_id id = S.slots[0].id ? S.slots[0].id : 1, out = 0;
+	const char *name;
+	uint64_t t;
+
+	expect_shutdown("kairos_arm", kairos_arm(S.k, NS_PER_MS, never, NULL, &out));
+	expect_shutdown("kairos_arm_at", kairos_arm_at(S.k, 0, never, NULL, &out));
+	expect_shutdown("kairos_arm_every", kairos_arm_every(S.k, NS_PER_MS, never, NULL, &out));
+	expect_shutdown("kairos_reset", kairos_reset(S.k, id, NS_PER_MS));
+	expect_shutdown("kairos_cancel", kairos_cancel(S.k, id));
+	expect_shutdown("kairos_cancel_sync", kairos_cancel_sync(S.k, id));
+	expect_shutdown("kairos_now", kairos_now(S.k, &t));
+	expect_shutdown("kairos_backend_info", kairos_backend_info(S.k, 0, &name, NULL));
+	expect_shutdown("kairos_destroy (a second time)", kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY));
+}
+
+static int start_service(void)
+{
+	struct kairos_config kc;
+	struct kairos_stats st;
+	const char *name, *why;
+	int rc;
+
+	kairos_config_default(&kc);
+	if (S.cfg.shards)
+		kc.shards = S.cfg.shards;
+	if (S.cfg.workers)
+		kc.workers = S.cfg.workers;
+	kc.tick_ns = S.cfg.tick_ns;
+	kc.backend = S.cfg.backend;
+	kc.delivery = S.cfg.delivery;
+	S.clock = kc.clock;
+	rc = kairos_create(&kc, &S.k);
+	if (rc) {
+		fprintf(stderr, "kairos-stress: kairos_create: %s\n", strerror(-rc));
+		return rc;
+	}
+	rc = kairos_stats(S.k, &st);
+	if (rc) {
+		fprintf(stderr, "kairos-stress: kairos_stats: %s\n", strerror(-rc));
+		return rc;
+	}
+	S.nshards = st.shards;
+	S.backends = calloc(S.nshards, sizeof(*S.backends));
+	if (!S.backends)
+		return -ENOMEM;
+	for (unsigned i = 0; i < S.nshards; i++) {
+		rc = kairos_backend_info(S.k, i, &name, &why);
+		if (rc || !name || !why) {
+			violation(V_API, "kairos_backend_info(shard %u) returned %d", i, rc);
+			continue;
+		}
+		snprintf(S.backends[i].name, sizeof(S.backends[i].name), "%s", name);
+		snprintf(S.backends[i].why, sizeof(S.backends[i].why), "%s", why);
+	}
+	rc = kairos_backend_info(S.k, S.nshards, &name, &why);
+	if (rc != -EINVAL)
+		violation(V_API, "kairos_backend_info(shard %u of %u) returned %d, not -EINVAL",
+			  S.nshards, S.nshards, rc);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+	uint64_t t, nviol;
+	int rc;
+
+	rc = parse_args(argc, argv, &S.cfg);
+	if (rc >= 0)
+		return rc;
+	/* --json - takes stdout: the report goes to stderr then. */
+	FILE *out = S.cfg.json_path && !strcmp(S.cfg.json_path, "-") ? stderr : stdout;
+
+	S.rss_start_kb = rss_kb("VmRSS:");
+	if (start_service())
+		return 2;
+	if (load_setup()) {
+		fprintf(stderr, "kairos-stress: out of memory for %" PRIu32 " slots\n", S.cfg.timers);
+		kairos_destroy(S.k, KAIROS_DRAIN_DROP);
+		return 2;
+	}
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (!S.cfg.quiet)
+		fprintf(stderr, "kairos-stress: %.1f s, %u threads, %" PRIu32 " timers, %u shards (%s),"
+			" seed %" PRIu64 "\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers,
+			S.nshards, S.nshards ? S.backends[0].name : "?", S.cfg.seed);
+
+	S.elapsed_s = (double)run_load() / 1e9;
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		S.live_tool_pending += S.th[i].nlive + S.th[i].nper;
+	kairos_stats(S.k, &S.live);
+	S.rss_load_kb = rss_kb("VmRSS:");
+
+	/* Every timer still pending is drained now, its callback called with -ECANCELED. */
+	t = now_ns();
+	S.destroy_start = t;
+	S.destroy_rc = kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY);
+	S.destroy_ns = now_ns() - t;
+	if (S.destroy_rc < 0)
+		violation(V_API, "kairos_destroy returned %d (%s)", S.destroy_rc,
+			  strerror(-S.destroy_rc));
+	S.fin_rc = kairos_stats(S.k, &S.fin);
+	check_after_destroy();
+	load_final_sweep();
+	crosscheck();
+	check_stalls();
+	S.rss_end_kb = rss_kb("VmRSS:");
+	/* VmHWM lags the per-thread RSS counters a little: keep the largest seen. */
+	S.hwm_kb = rss_kb("VmHWM:");
+	if (S.rss_load_kb > S.hwm_kb)
+		S.hwm_kb = S.rss_load_kb;
+	for (size_t i = 0; i < S.nsamples; i++)
+		if (S.samples[i].rss_kb > S.hwm_kb)
+			S.hwm_kb = S.samples[i].rss_kb;
+
+	report_text(out);
+	fflush(out);
+	rc = 0;
+	if (S.cfg.json_path) {
+		int jr = report_json(S.cfg.json_path);
+
+		if (jr) {
+			fprintf(stderr, "kairos-stress: --json %s: %s\n", S.cfg.json_path, strerror(-jr));
+			rc = 2;
+		}
+	}
+	if (S.cfg.plot_path && report_plot(S.cfg.plot_path))
+		rc = 2;
+	nviol = violations_total();
+	if (nviol)
+		return 1;
+	return rc;
+}

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stress.h - what the files of kairos-stress share: the configuration, the
+ * per-timer bookkeeping table, the load threads, the tallies, the
+ * violations and the lateness histograms.
+ *
+ *   kairos-stress.c   options, the run (start, progress, stop, destroy), main()
+ *   stress_load.c     the slot table, the callback, the load threads, the
+ *                     per-timer checks and the final sweep
+ *   stress_report.c   histograms, the text report, --json and --plot
+ *
+ * Who writes what, in one paragraph: each load thread owns a disjoint range
+ * of slots, and is the only thread that arms, resets or cancels the timers
+ * of its slots, so a slot's bookkeeping has a single writer except for what
+ * the callback touches, which is atomic.  Callbacks run on the service's
+ * worker threads (and, for drained timers, on the thread that destroys the
+ * service); they count into striped counters so that they share no cache
+ * line in the common case.  The main thread reads the live counters for the
+ * progress line and everything else after it has joined the load threads.
+ */
+#ifndef KAIROS_STRESS_H
+#define KAIROS_STRESS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <kairos/kairos.h>
+
+#define ST_STR_(x)	#x
+#define ST_STR(x)	ST_STR_(x)
+#define KAIROS_STRESS_VERSION	ST_STR(KAIROS_VERSION_MAJOR) "." ST_STR(KAIROS_VERSION_MINOR) "." \
+				ST_STR(KAIROS_VERSION_PATCH)
+
+#define ST_ALIGN	64	/* cache line */
+#define NS_PER_MS	1000000ull
+#define NS_PER_S	1000000000ull
+
+/* ---- the operations ---------------------------------------------------- */
+
+/* The mix: what a load thread does next, by weight. */
+enum mix_op {
+	M_RESET,	/* push a pending one-shot timer later (an idle timeout) */
+	M_CANCEL,	/* kairos_cancel() a timer, pending or ended */
+	M_ARM,		/* kairos_arm() a one-shot timer on a free slot */
+	M_SYNC,		/* kairos_cancel_sync() a one-shot timer, pending or ended */
+	M_PERIODIC,	/* start, or stop with cancel_sync/cancel, a periodic timer */
+	M_N
+};
+
+extern const char *const mix_names[M_N];
+
+/* The API calls counted, one row each in the report. */
+enum api_call {
+	A_ARM,
+	A_ARM_EVERY,
+	A_RESET,
+	A_CANCEL,
+	A_CANCEL_SYNC,
+	A_N
+};
+
+extern const char *const api_names[A_N];
+
+/* Outcomes counted per call. */
+enum api_rc {
+	RC_OK,
+	RC_ENOENT,
+	RC_EBUSY,
+	RC_OTHER,
+	RC_N
+};
+
+/* ---- configuration ----------------------------------------------------- */
+
+struct range_ns {
+	uint64_t lo, hi;	/* inclusive */
+};
+
+struct stress_config {
+	double duration_s;
+	unsigned threads;
+	uint32_t timers;		/* slots, over all threads */
+	unsigned mix[M_N];		/* weights */
+	uint64_t tick_ns;
+	unsigned shards;		/* 0: one per CPU */
+	unsigned workers;		/* 0: the library's default */
+	enum kairos_backend backend;
+	const char *backend_name;	/* as given, for the report */
+	enum kairos_delivery delivery;
+	struct range_ns idle;		/* idle timeouts: reset later, mostly cancelled */
+	struct range_ns shorts;		/* short timers that fire */
+	struct range_ns period;		/* periodic timers */
+	struct range_ns life;		/* how long a periodic timer is kept */
+	unsigned short_pct;		/* share of one-shot arms that are short */
+	unsigned slow_pct;		/* share of short and periodic timers with slow callbacks */
+	uint64_t slow_ns;		/* how long a slow callback sleeps */
+	unsigned fill_pct;		/* slots armed before the mix starts */
+	uint32_t periodics;		/* periodic timers kept, over all threads */
+	uint64_t rate;			/* ops/s over all threads; 0: as fast as possible */
+	uint64_t max_late_ns;		/* later than this is a stall: a violation */
+	uint64_t seed;
+	double interval_s;		/* progress lines when stderr is not a terminal */
+	bool quiet;
+	const char *json_path;
+	const char *plot_path;
+};
+
+/* ---- lateness histograms ----------------------------------------------- */
+
+/*
+ * Log buckets: 16 per power of two, so a percentile read from the bucket
+ * bounds is within 1/16 (6%) of the true value.  Bucket b < 16 holds b ns.
+ */
+#define LH_SUB_BITS	4
+#define LH_BUCKETS	(64 << LH_SUB_BITS)
+
+struct lhist {
+	_Atomic uint64_t bucket[LH_BUCKETS];
+	_Atomic uint64_t n, max, sum;
+} __attribute__((aligned(ST_ALIGN)));
+
+void lhist_add(struct lhist *h, uint64_t ns);
+unsigned lhist_bucket(uint64_t ns);
+uint64_t lhist_lower(unsigned b);
+uint64_t lhist_upper(unsigned b);
+
+/* A plain copy, for adding up and reading percentiles. */
+struct lsnap {
+	uint64_t bucket[LH_BUCKETS];
+	uint64_t n, max, sum;
+};
+
+void lsnap_add(struct lsnap *dst, const struct lhist *h);
+void lsnap_merge(struct lsnap *dst, const struct lsnap *src);
+uint64_t lsnap_pct(const struct lsnap *s, double q);
+
+/* ---- violations -------------------------------------------------------- */
+
+enum viol {
+	V_EARLY,	/* a callback started before the timer's deadline */
+	V_TWICE,	/* a one-shot timer ran twice, or ran and was cancelled */
+	V_AFTER_CANCEL,	/* a callback started after a cancel returned 0 */
+	V_AFTER_STOP,	/* a callback started or ran after cancel/cancel_sync said it would not */
+	V_AFTER_END,	/* a callback (or drain) of a timer that had already ended */
+	V_LOST,		/* a timer that never ended, or ended twice */
+	V_STALE_OK,	/* a call on an ended timer's id succeeded */
+	V_RC,		/* an unexpected return value */
+	V_CONCURRENT,	/* a callback ran concurrently with itself */
+	V_CALLBACK,	/* a callback got a bad status or a wrong id */
+	V_STALL,	/* a timer ran, or was still due and not run, --max-late after its deadline */
+	V_COUNTERS,	/* kairos_stats() disagrees with the tool's own tallies */
+	V_API,		/* calls after kairos_destroy(), kairos_backend_info() */
+	V_N
+};
+
+#define VIOL_EXAMPLES	5
+
+struct viol_class {
+	_Atomic uint64_t count;
+	char example[VIOL_EXAMPLES][200];
+};
+
+extern const char *const viol_names[V_N];
+extern struct viol_class viols[V_N];
+
+__attribute__((format(printf, 2, 3)))
+void violation(enum viol v, const char *fmt, ...);
+uint64_t violations_total(void);
+
+/* ---- the slot table ---------------------------------------------------- */
+
+enum slot_kind { K_FREE, K_ONESHOT, K_PERIODIC };
+
+/* How a slot's last timer ended, as the owner saw it. */
+enum slot_end { E_NONE, E_FIRED, E_CANCELLED, E_STOPPED, E_DRAINED };
+
+/* Owner-only flags (struct slot.oflags). */
+#define O_SHORT		0x01	/* one-shot: a short timer, reset short again */
+#define O_FIRING	0x02	/* one-shot: reset or cancel said it is firing */
+#define O_STOPPING	0x04	/* periodic: kairos_cancel() said -EBUSY */
+
+/* Bits of struct slot.cur, besides the epoch in the upper half. */
+#define F_PERIODIC	0x01ull	/* this epoch's timer is periodic */
+#define F_NO_START	0x02ull	/* a cancel said no callback of this epoch starts again */
+#define F_PREV_SHIFT	8	/* enum slot_end of the previous epoch */
+
+/*
+ * One tracked timer.  A slot is reused timer after timer; each use is an
+ * epoch, passed to the callback in its arg with the slot's index, so a
+ * callback of an earlier epoch is told apart from the current timer's.
+ */
+struct slot {
+	/* The owning load thread's. */
+	kairos_id id;		/* written by kairos_arm*() through @out; callbacks read it */
+	uint64_t bound;		/* one-shot: no run before this (ns, service clock);
+				 * periodic: when to reset it next */
+	uint64_t until;		/* periodic: stop it after this */
+	uint32_t pos;		/* index in the owner's live or periodic list */
+	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
+	uint8_t kind;		/* enum slot_kind: the timer now in the slot */
+	uint8_t oflags;		/* O_* */
+	uint8_t last_end;	/* enum slot_end of the slot's last timer */
+
+	/*
+	 * Shared with callbacks.  @cur is written by the owner with release
+	 * before the arm (and when a cancel says no callback starts again) and
+	 * read by the callback with acquire; the others are reset by the owner
+	 * before the arm and then written by callbacks only.
+	 */
+	_Atomic uint64_t cur;		/* epoch << 32 | prev_end << 8 | F_* */
+	_Atomic uint64_t t0;		/* periodic: run k (1-based) is due at t0 + k * period */
+	_Atomic uint64_t period;
+	_Atomic uint64_t covered;	/* periodic: periods covered by its calls so far */
+	_Atomic uint64_t start_ns;	/* one-shot: when its callback started */
+	_Atomic uint32_t runs;		/* calls with status > 0 */
+	_Atomic uint32_t drains;	/* calls with -ECANCELED */
+	_Atomic uint32_t done;		/* one-shot: its callback has returned (release) */
+	_Atomic uint32_t running;	/* a call is in progress */
+	/*
+	 * Periodic: odd while the owner resets the timer, when the schedule
+	 * (t0, covered) is unknown to a call; the owner rewrites t0 and
+	 * covered before making it even again (release).
+	 */
+	_Atomic uint32_t sched;
+};
+
+/* What the owners counted; added up over threads after they are joined. */
+struct tally {
+	uint64_t arms;		/* arms that returned 0, one-shot and periodic */
+	uint64_t arms_periodic;
+	uint64_t fired;		/* one-shot timers that ended by running */
+	uint64_t cancelled;	/* one-shot timers a cancel returned 0 for */
+	uint64_t pcancelled;	/* periodic timers a cancel returned 0 for */
+	uint64_t pstopped;	/* periodic timers stopped while running (-EBUSY) */
+	uint64_t preset;	/* periodic timers reset (kairos_reset returned 0) */
+	uint64_t preset_busy;	/* periodic resets that found the timer firing (-EBUSY) */
+	uint64_t drained;	/* timers found drained by the final sweep */
+	uint64_t overdue;	/* of those, already due when kairos_destroy began */
+	uint64_t overdue_max;	/* how long the most overdue had been due (ns) */
+	uint64_t late_pending;	/* resets/cancels that returned 0 over a tick past the deadline */
+	uint64_t late_pending_max;	/* the most overdue of those (ns) */
+	uint64_t checked;	/* timers whose end the identity was checked for */
+	uint64_t stale;		/* calls made on ids of ended timers */
+};
+
+/* One load thread. */
+struct lthread {
+	/* Read live by the main thread: its own cache lines. */
+	_Atomic uint64_t ops[A_N] __attribute__((aligned(ST_ALIGN)));
+	_Atomic uint64_t late_pending;	/* as tally.late_pending, for the samples */
+	struct lhist late;		/* one-shot lateness, measured at reap */
+
+	/* Owner-only (the main thread reads them after the join). */
+	pthread_t thread __attribute__((aligned(ST_ALIGN)));
+	unsigned no;
+	uint32_t lo, hi;		/* slots [lo, hi) */
+	uint64_t rng;
+	uint32_t *live, nlive;		/* pending one-shot timers */
+	uint32_t *per, nper, per_target;	/* periodic timers, stopping ones included */
+	uint32_t *fq, fq_head, fq_len;	/* free slots, oldest first (ring of hi - lo) */
+	uint32_t sweep;			/* next slot the incremental reap looks at */
+	uint64_t rc[A_N][RC_N];
+	uint64_t stale[A_N];
+	uint64_t rc_busy_returning;	/* -EBUSY on a reaped one-shot still returning */
+	struct tally t;
+};
+
+/* Counters of callbacks, striped by calling thread. */
+#define CB_STRIPES	16
+
+struct cb_stripe {
+	_Atomic uint64_t oneshot;	/* one-shot calls, status > 0 */
+	_Atomic uint64_t periodic;	/* periodic calls, status > 0 */
+	_Atomic uint64_t periods;	/* periods those calls covered */
+	_Atomic uint64_t drained;	/* -ECANCELED calls */
+	struct lhist late;		/* periodic lateness, measured in the callback */
+} __attribute__((aligned(ST_ALIGN)));
+
+/* ---- the run ------------------------------------------------------------ */
+
+/* One sample a second, for the report's series, --json and --plot. */
+struct sample {
+	double t;
+	double dt;		/* the sample's length: 1 s, or less for the last one */
+	uint64_t ops[A_N];	/* during the second that ended at @t */
+	uint64_t callbacks;	/* during the second */
+	uint64_t late_pending;	/* resets/cancels that found a timer pending past its deadline */
+	uint64_t wakeups;	/* during the second */
+	uint64_t pending;	/* kairos_stats() at @t */
+	uint64_t rss_kb;
+};
+
+struct backend_row {
+	char name[32];
+	char why[160];
+};
+
+struct stress {
+	struct stress_config cfg;
+	struct kairos *k;
+	clockid_t clock;		/* the service clock, for callback start times */
+	struct slot *slots;
+	struct lthread *th;
+	struct cb_stripe cb[CB_STRIPES];
+	_Atomic int stop;		/* load threads stop when set */
+	_Atomic unsigned started;	/* load threads that have finished their fill */
+
+	/* Filled by the run for the report. */
+	double elapsed_s;		/* load phase */
+	uint64_t destroy_ns;
+	uint64_t destroy_start;		/* service clock when kairos_destroy was called */
+	int destroy_rc;
+	struct kairos_stats live;	/* kairos_stats() when the load stopped */
+	struct kairos_stats fin;	/* kairos_stats() after kairos_destroy() */
+	int fin_rc;
+	uint64_t live_tool_pending;	/* timers the slots held when the load stopped */
+	unsigned nshards;
+	struct backend_row *backends;
+	uint64_t rss_start_kb, rss_load_kb, rss_end_kb, hwm_kb;
+	struct sample *samples;
+	size_t nsamples, samples_cap;
+	bool interrupted;
+	double stall_s;			/* longest time without a callback while timers were overdue */
+	double stall_at;		/* when it ended (s into the load) */
+};
+
+extern struct stress S;
+
+/* stress_load.c */
+int load_setup(void);
+void *load_main(void *arg);
+void load_final_sweep(void);
+void on_timer(void *arg, kairos_id id, int status);
+uint64_t now_ns(void);
+void tally_sum(struct tally *out);
+void cb_sum(uint64_t *oneshot, uint64_t *periodic, uint64_t *periods, uint64_t *drained);
+
+/* One line of the cross-check of kairos_stats() against the tool's tallies. */
+struct xcheck {
+	const char *what;
+	uint64_t lib, tool;
+	bool ok;
+};
+
+#define XCHECKS_MAX	16
+extern struct xcheck xchecks[XCHECKS_MAX];
+extern unsigned nxchecks;
+
+/* stress_report.c */
+void crosscheck(void);
+void check_stalls(void);
+void fmt_ns(char *buf, size_t len, uint64_t ns);
+void fmt_count(char *buf, size_t len, double v);
+void late_snapshot(struct lsnap *all, struct lsnap *oneshot, struct lsnap *periodic);
+int report_text(FILE *f);
+int report_json(const char *path);
+int report_plot(const char *path);
+uint64_t rss_kb(const char *field);
+
+#endif /* KAIROS_STRESS_H */
