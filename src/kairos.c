@@ -261,13 +261,28 @@ static void leave(void)
 	rcu_read_unlock();
 }
 
+/*
+ * The shard a thread arms on: the one of the CPU it ran on when it first
+ * armed on this service, kept per thread.  A thread that the scheduler moves
+ * keeps arming on the same shard, so the records it cancels come back to the
+ * pool it takes from; choosing by the current CPU on every arm made a
+ * migrating thread grow a second pool (and skipped a sched_getcpu() per arm).
+ */
+static _Thread_local struct kairos *tls_pick_k;
+static _Thread_local unsigned tls_pick;
+
 static struct shard *pick_shard(struct kairos *k)
 {
-	int cpu = sched_getcpu();
+	int cpu;
 
 	if (k->nshards == 1)
 		return k->shards[0];
-	return k->shards[(unsigned)(cpu < 0 ? 0 : cpu) % k->nshards];
+	if (tls_pick_k != k) {
+		cpu = sched_getcpu();
+		tls_pick = (unsigned)(cpu < 0 ? 0 : cpu) % k->nshards;
+		tls_pick_k = k;
+	}
+	return k->shards[tls_pick];
 }
 
 /* Reserves a place under max_timers; false (and counted) when full. */

@@ -5,7 +5,11 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -159,4 +163,52 @@ void bench_goal_le(char *buf, size_t len, double goal, double value, bool judged
 		snprintf(buf, len, "-");
 	else
 		snprintf(buf, len, "<= %.0f %s", goal, value <= goal ? "met" : "MISSED");
+}
+
+uint64_t bench_cpu_ns(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		bench_die("getrusage failed");
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000u +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
+}
+
+uint64_t bench_rss_bytes(void)
+{
+	unsigned long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		bench_die("cannot open /proc/self/statm");
+	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+		bench_die("cannot read /proc/self/statm");
+	fclose(f);
+	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void bench_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+void bench_settle_until(uint64_t give_up)
+{
+	for (;;) {
+		uint64_t c0 = bench_cpu_ns(), c1;
+
+		bench_sleep_ns(5000000u);
+		c1 = bench_cpu_ns();
+		if (c1 - c0 < 1000000u || bench_now_ns() + 5000000u > give_up)
+			return;
+	}
+}
+
+void bench_settle(void)
+{
+	bench_settle_until(bench_now_ns() + 3000000000u);
 }

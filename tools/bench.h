@@ -87,6 +87,18 @@ int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  */
 int bench_parse_double(const char *s, double min, double max, double *out);
 
+/* The process: CPU of all its threads, resident memory, and quiet. */
+uint64_t bench_cpu_ns(void);
+uint64_t bench_rss_bytes(void);
+void bench_sleep_ns(uint64_t ns);
+/*
+ * Waits until the process is quiet: under 1 ms of CPU (all threads) over
+ * 5 ms of sleep, so a service has filed what it was sent and returned what
+ * was retired.  Gives up at @give_up (bench_settle: 3 s from now).
+ */
+void bench_settle_until(uint64_t give_up);
+void bench_settle(void);
+
 /* One status line on stderr, rewritten in place; nothing unless a terminal. */
 __attribute__((format(printf, 1, 2)))
 void bench_progress(const char *fmt, ...);

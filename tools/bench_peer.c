@@ -26,12 +26,15 @@
  * At each N (pending timers), each run, for each implementation (the order
  * rotates from run to run, so that no column always goes first):
  *
- *   arm, cancel       N timers armed with delays U[60, 180] s (idle timeouts
+ *   arm, cancel       N timers armed with delays U[10, 60] s (idle timeouts
  *                     that do not fire during the run; untimed: this fills
  *                     the pools and heaps), then all N cancelled in a random
- *                     order (timed: cancel), then N armed again (timed: arm,
- *                     the steady state of a server).  arm+cancel: their sum,
- *                     ns per pair.
+ *                     order (timed: cancel), then N armed again in slot
+ *                     order (timed: arm, the steady state of a server: it
+ *                     arms the timer of the connection in hand, whose handle
+ *                     is in its cache; kairos's records are its own, taken
+ *                     from its pool in the order they were freed).
+ *                     arm+cancel: their sum, ns per pair.
  *   bytes/timer       resident memory (/proc/self/statm) with those N armed,
  *                     minus before the implementation was set up, over N:
  *                     the handle the caller keeps per timer is included
@@ -60,7 +63,10 @@
  *                     early by as much as that time is stale; libuv's time
  *                     is also truncated to the millisecond, libevent's (by
  *                     default) read from CLOCK_MONOTONIC_COARSE.  This is
- *                     counted, not hidden.
+ *                     counted, not hidden.  libevent keeps its default
+ *                     flags, as event_base_new() gives them; run with
+ *                     EVENT_PRECISE_TIMER=1 in the environment for its
+ *                     precise clock (libevent reads that variable).
  *   churn CPU         getrusage(RUSAGE_SELF) user + sys over 1e6 operations
  *                     on the N pending: 40% push-later, 30% arm, 30% cancel,
  *                     random members, PB_MIX_BATCH per loop iteration (the
@@ -78,6 +84,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -109,17 +116,8 @@
 
 #define PB_MS		UINT64_C(1000000)
 #define PB_S		UINT64_C(1000000000)
-/*
- * Far timers (idle timeouts of one to three minutes): U[PB_FAR_MIN, +
- * PB_FAR_SPAN).  Not 10..60 s as in the service mode: on a 2-core machine
- * shared with other busy processes, a peer starved of CPU took over 30 s
- * from its pushes to the end of its lateness phase, and a far timer fired.
- * Both ranges sit on the same level of kairos's wheel at the default 1 ms
- * tick (4.1 s .. 4.4 min), with the churn's pushes (up to 182 s), and a
- * heap does not care.
- */
-#define PB_FAR_MIN	(60 * PB_S)
-#define PB_FAR_SPAN	(120 * PB_S)
+#define PB_FAR_MIN	(10 * PB_S)	/* far timers: U[PB_FAR_MIN, + PB_FAR_SPAN) */
+#define PB_FAR_SPAN	(50 * PB_S)
 #define PB_PUSH_MIN	PB_MS		/* pushes move U[1, 1000] ms */
 #define PB_PUSH_SPAN	(999 * PB_MS)
 #define PB_LAT_TIMERS	20000u
@@ -287,29 +285,6 @@ static void pb_call_run(struct pb_call *c)
  * Measuring the process: CPU, memory, quiet.
  */
 
-static uint64_t pb_cpu_ns(void)
-{
-	struct rusage ru;
-
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
-		bench_die("getrusage failed");
-	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * PB_S +
-	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-}
-
-static uint64_t pb_rss_bytes(void)
-{
-	unsigned long size, resident;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		bench_die("cannot open /proc/self/statm");
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		bench_die("cannot read /proc/self/statm");
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /* The kernel's slab memory, system-wide; 0 when it cannot be read. */
 static uint64_t pb_slab_bytes(void)
 {
@@ -325,32 +300,42 @@ static uint64_t pb_slab_bytes(void)
 	fclose(f);
 	return (uint64_t)kb * 1024u;
 }
+/*
+ * --pin: the calling thread on one CPU, as a thread-per-core server runs.
+ * Threads inherit their creator's CPU mask, so kairos's own threads are
+ * created with the mask the process started with (pb_unpin / pb_repin).
+ */
+static int pb_pin_cpu = -1;
+static cpu_set_t pb_start_mask;
 
-static void pb_sleep_ns(uint64_t ns)
+static void pb_pin_set(const cpu_set_t *mask)
 {
-	struct timespec ts = { (time_t)(ns / PB_S), (long)(ns % PB_S) };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
+	if (sched_setaffinity(0, sizeof(*mask), mask) != 0)
+		bench_die("sched_setaffinity: %s", strerror(errno));
 }
 
-/*
- * Waits until the process is quiet: under 1 ms of CPU (all threads) over
- * 5 ms of sleep, so that kairos's shards have filed what they were sent.
- * Gives up after 3 s.
- */
-static void pb_settle(void)
+static void pb_pin_init(void)
 {
-	uint64_t give_up = bench_now_ns() + 3 * PB_S;
+	cpu_set_t one;
 
-	for (;;) {
-		uint64_t c0 = pb_cpu_ns(), c1;
+	if (sched_getaffinity(0, sizeof(pb_start_mask), &pb_start_mask) != 0)
+		bench_die("sched_getaffinity: %s", strerror(errno));
+	if (pb_pin_cpu < 0)
+		return;
+	CPU_ZERO(&one);
+	CPU_SET(pb_pin_cpu, &one);
+	pb_pin_set(&one);
+}
 
-		pb_sleep_ns(5 * PB_MS);
-		c1 = pb_cpu_ns();
-		if (c1 - c0 < PB_MS || bench_now_ns() > give_up)
-			return;
-	}
+static void pb_unpin(void)
+{
+	if (pb_pin_cpu >= 0)
+		pb_pin_set(&pb_start_mask);
+}
+
+static void pb_repin(void)
+{
+	pb_pin_init();
 }
 
 /* ------------------------------------------------------------------------
@@ -377,7 +362,9 @@ static void pk_setup(size_t cap)
 	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
 	if (cfg.clock != CLOCK_MONOTONIC)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
+	pb_unpin();
 	rc = kairos_create(&cfg, &pk_k);
+	pb_repin();
 	if (rc)
 		bench_die("kairos_create: %s", strerror(-rc));
 	pk_cap = cap;
@@ -416,7 +403,7 @@ static void pk_in_loop(void (*fn)(void *), void *arg)
 
 static void pk_wait(void)
 {
-	pb_sleep_ns(PB_MS);
+	bench_sleep_ns(PB_MS);
 }
 
 static void pk_teardown(size_t pending)
@@ -447,7 +434,9 @@ static void pk_describe(char *buf, size_t len)
 	int rc;
 
 	kairos_config_default(&cfg);
+	pb_unpin();
 	rc = kairos_create(&cfg, &k);
+	pb_repin();
 	if (rc)
 		bench_die("kairos_create: %s", strerror(-rc));
 	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
@@ -468,7 +457,7 @@ static const struct pb_impl pb_kairos = {
 	.push_later = pk_push_later,
 	.in_loop = pk_in_loop,
 	.wait = pk_wait,
-	.quiesce = pb_settle,
+	.quiesce = bench_settle,
 	.teardown = pk_teardown,
 	.describe = pk_describe,
 	.max_cap = pb_no_cap,
@@ -605,6 +594,13 @@ static uint64_t pu_ms(uint64_t delay_ns)
 static void pu_cb(uv_timer_t *h)
 {
 	pb_fired((uint32_t)(uintptr_t)h->data);
+	/*
+	 * UV_RUN_ONCE runs the due timers before it polls, then blocks until
+	 * the next one: after the last lateness timer that is a far one,
+	 * minutes away.  uv_stop() makes that poll return at once.
+	 */
+	if (atomic_load_explicit(&pb_lat_done, memory_order_relaxed) >= pb_lat_n)
+		uv_stop(&pu_loop);
 }
 
 static void pu_setup(size_t cap)
@@ -826,10 +822,13 @@ static void pv_describe(char *buf, size_t len)
 
 	if (!b)
 		bench_die("event_base_new failed");
-	snprintf(buf, len, "libevent %s: event_base_new() (default flags: no "
-		 "EVENT_BASE_FLAG_PRECISE_TIMER, so CLOCK_MONOTONIC_COARSE), backend %s, "
-		 "sizeof(struct event) %zu", event_get_version(), event_base_get_method(b),
-		 event_get_struct_event_size());
+	/* event_base_new() reads $EVENT_PRECISE_TIMER: set, it is the flag. */
+	snprintf(buf, len, "libevent %s: event_base_new() (default flags, %s), backend %s, "
+		 "sizeof(struct event) %zu", event_get_version(),
+		 getenv("EVENT_PRECISE_TIMER") ?
+		 "but $EVENT_PRECISE_TIMER is set: CLOCK_MONOTONIC" :
+		 "so CLOCK_MONOTONIC_COARSE; EVENT_PRECISE_TIMER=1 in the environment for the "
+		 "precise clock", event_base_get_method(b), event_get_struct_event_size());
 	event_base_free(b);
 }
 
@@ -1205,7 +1204,7 @@ static void pb_no_strays(const struct pb_impl *im, const char *what)
 
 	if (n)
 		bench_die("%s, %s: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired "
-			  "(the last: slot %" PRIu32 "; %s): the run took too long for this N?",
+			  "(the last: slot %" PRIu32 ", %s): the run took too long, or it fired early",
 			  im->name, what, n, PB_FAR_MIN / PB_S,
 			  atomic_load_explicit(&pb_stray_slot, memory_order_relaxed),
 			  atomic_load_explicit(&pb_stray_foreign, memory_order_relaxed) ?
@@ -1269,12 +1268,12 @@ static void pb_churn(const struct pb_impl *im, struct pb_lists *l, double *row,
 		l->pool[i] = i;
 	for (uint32_t k = 0; k < PB_SLACK; k++)
 		l->spare[k] = (uint32_t)l->n + PB_SLACK - 1 - k;
-	cpu0 = pb_cpu_ns();
+	cpu0 = bench_cpu_ns();
 	while (m.i < PB_MIX_OPS)
 		im->in_loop(pb_mix_job, &m);
 	/* kairos: what its threads do after the calls return counts too. */
 	im->quiesce();
-	cpu1 = pb_cpu_ns();
+	cpu1 = bench_cpu_ns();
 	row[PB_CHURN] = (double)(cpu1 - cpu0) / PB_MIX_OPS;	/* ns/op == ms per 1e6 */
 	*pending = m.count;
 }
@@ -1298,8 +1297,8 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	pb_lat_n = l->lat;
 	/* What earlier implementations freed goes back to the kernel first. */
 	malloc_trim(0);
-	pb_settle();
-	rss0 = pb_rss_bytes();
+	bench_settle();
+	rss0 = bench_rss_bytes();
 	slab0 = pb_slab_bytes();
 	im->setup(l->cap);
 	im->quiesce();
@@ -1316,7 +1315,7 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	row[PB_ARM] = (double)j.ns / (double)n;
 	row[PB_PAIR] = row[PB_ARM] + row[PB_CANCEL];
 	im->quiesce();
-	rss1 = pb_rss_bytes();
+	rss1 = bench_rss_bytes();
 	slab1 = pb_slab_bytes();
 	row[PB_BYTES] = ((double)rss1 - (double)rss0) / (double)n;
 	row[PB_KBYTES] = ((double)slab1 - (double)slab0) / (double)n;
@@ -1483,6 +1482,51 @@ static void pb_cell(char *buf, size_t len, const struct pb_size *s, size_t i, in
 		snprintf(buf, len, "%.*f (%.2fx)", ri->prec, x, x / k);
 }
 
+/*
+ * Where kairos is not ahead, the table says so in words: each row in which
+ * a peer's value is below kairos's (every ratio row is lower-is-better).
+ */
+static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
+{
+	bool any = false;
+
+	for (int row = 0; row < PB_NROWS; row++) {
+		const struct pb_row_info *ri = &pb_rows[row];
+		double k = s->v[0][row];
+		bool first = true;
+
+		if (!ri->ratio || k <= 0)
+			continue;
+		for (size_t i = 1; i < PB_NIMPL; i++) {
+			double x = s->v[i][row];
+			char ratio[32] = "";
+
+			/* One timerfd per timer keeps its bytes in the kernel: count them. */
+			if (row == PB_BYTES && pb_impls[i]->kernel_state)
+				x += s->v[i][PB_KBYTES];
+			if (!pb_column(o, i) || s->state[i] != PB_OK || x >= k)
+				continue;
+			if (x > 0)
+				snprintf(ratio, sizeof(ratio), " (%.2fx)", x / k);
+			if (!any)
+				printf("%s", o->markdown ? "Where kairos is not ahead:\n\n" :
+				       "where kairos is not ahead:\n");
+			if (first)
+				printf("%s%s:", o->markdown ? "- " : "  ", ri->name);
+			printf("%s %s %.*f%s%s", first ? "" : ",", pb_impls[i]->name, ri->prec,
+			       x, ratio,
+			       (row == PB_LAT_P50 || row == PB_LAT_P99 || row == PB_LAT_MAX) &&
+			       s->v[i][PB_EARLY] > 0 ? " but fires early" : "");
+			first = false;
+			any = true;
+		}
+		if (!first)
+			printf("\n");
+	}
+	if (!any)
+		printf("kairos is ahead in every row with a ratio\n");
+}
+
 static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 {
 	bool ratios = s->state[0] == PB_OK;
@@ -1537,6 +1581,8 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 			       s->n + PB_SLACK + s->lat + PB_FD_RESERVE, pt_nofile);
 	if (!ratios)
 		printf("note: kairos was not measured, so no ratios\n");
+	else
+		pb_print_behind(o, s);
 	printf("\n");
 	fflush(stdout);
 }
@@ -1585,8 +1631,8 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 		int row;
 		bool log;
 	} panels[] = {
-		{ PB_PAIR, true }, { PB_LATER, true }, { PB_CHURN, true },
-		{ PB_BYTES, true }, { PB_LAT_P50, false }, { PB_LAT_P99, false },
+		{ PB_PAIR, true }, { PB_LATER, true }, { PB_CHURN, true }, { PB_BYTES, true },
+		{ PB_LAT_P50, false }, { PB_LAT_P99, false }, { PB_EARLY, false },
 	};
 	FILE *f;
 	int rc;
@@ -1602,13 +1648,13 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 			strerror(errno));
 		return;
 	}
-	fprintf(f, "set terminal svg size 1500,900 dynamic font 'sans,11'\nset output ");
+	fprintf(f, "set terminal svg size 1900,900 dynamic font 'sans,11'\nset output ");
 	pb_gp_string(f, o->plot);
 	fprintf(f, "\nset style data histograms\nset style histogram clustered gap 1\n"
 		   "set style fill solid 0.8 border -1\n"
 		   "set key outside right top vertical font ',9'\n"
 		   "set grid ytics\nset xlabel 'pending timers'\n"
-		   "set multiplot layout 2,3 title 'kairos-bench peer (medians; lower is "
+		   "set multiplot layout 2,4 title 'kairos-bench peer (medians; lower is "
 		   "better; missing bar: n/a)'\n");
 	for (size_t p = 0; p < sizeof(panels) / sizeof(panels[0]); p++) {
 		const struct pb_row_info *ri = &pb_rows[panels[p].row];
@@ -1696,6 +1742,12 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "cached loop time); kairos is called from\n", pre);
 	printf("%s  the main thread through its public API while its shard and worker threads "
 	       "run on the other cores; timerfd from the main thread.\n", pre);
+	if (pb_pin_cpu >= 0)
+		printf("%sThe calling thread is pinned to CPU %d (--pin); kairos's threads are "
+		       "not.\n", pre, pb_pin_cpu);
+	else
+		printf("%sThe calling thread is not pinned: kairos_arm() takes a record from the "
+		       "pool of the shard of the CPU it runs on.\n", pre);
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (pb_impls[i]->missing) {
 			printf("%s%s: %s: its column is left out\n", pre, pb_impls[i]->name,
@@ -1707,8 +1759,10 @@ static void pb_print_legend(const struct pb_opts *o)
 		pb_impls[i]->describe(buf, sizeof(buf));
 		printf("%s%s\n", pre, buf);
 	}
-	printf("%sarm/cancel: N far timers (U[60,180] s) armed untimed, all cancelled in a "
-	       "random order (cancel), armed again (arm);\n", pre);
+	printf("%sarm/cancel: N far timers (U[10,60] s) armed untimed, all cancelled in a "
+	       "random order (cancel), armed again in slot order\n", pre);
+	printf("%s  (arm: a server arms the timer of the connection in hand; kairos takes its "
+	       "recycled records, in the order they were freed);\n", pre);
 	printf("%spush-later: each to its delay + U[1,1000] ms (libev: repeat + "
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
@@ -1732,7 +1786,7 @@ static void pb_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
-		"                         [--markdown] [--plot FILE.svg] [--raw]\n"
+		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
 		"\n"
 		"The same workloads on kairos, libev, libuv, libevent (those found at build\n"
 		"time) and one timerfd per timer, in the same run: arm, cancel, push-later,\n"
@@ -1751,7 +1805,13 @@ static void pb_usage(FILE *f)
 		"  --plot FILE    also draw the headline rows into FILE (SVG) with gnuplot,\n"
 		"                 when it is installed\n"
 		"  --raw          also print every run's numbers\n"
-		"  -h, --help     this text\n",
+		"  --pin CPU      run the calling thread (every loop, kairos's caller) on\n"
+		"                 that CPU only; kairos's own threads keep the process's\n"
+		"                 mask (default: not pinned)\n"
+		"  -h, --help     this text\n"
+		"\n"
+		"libevent runs with its default flags (CLOCK_MONOTONIC_COARSE); set\n"
+		"EVENT_PRECISE_TIMER=1 in the environment for its precise clock.\n",
 		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N);
 }
 
@@ -1822,6 +1882,7 @@ int pb_main(int argc, char **argv)
 		{ "markdown", no_argument, NULL, 'm' },
 		{ "plot", required_argument, NULL, 'p' },
 		{ "raw", no_argument, NULL, 'R' },
+		{ "pin", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1868,6 +1929,11 @@ int pb_main(int argc, char **argv)
 		case 'R':
 			o.raw = true;
 			break;
+		case 'P':
+			if (bench_parse_u64(optarg, 0, CPU_SETSIZE - 1, &v) != 0)
+				return pb_bad_arg("bad --pin '%s' (a CPU number)", optarg);
+			pb_pin_cpu = (int)v;
+			break;
 		case 'h':
 			pb_usage(stdout);
 			return 0;
@@ -1883,6 +1949,7 @@ int pb_main(int argc, char **argv)
 		return pb_bad_arg("nothing to measure: every column asked for is not built");
 	pt_raise_nofile();
 	pb_main_tid = gettid();
+	pb_pin_init();
 	if (!o.nsizes)
 		pb_default_sizes(&o);
 

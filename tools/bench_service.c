@@ -230,59 +230,6 @@ struct sb_notes {
  * Measuring the process: CPU, memory, quiet.
  */
 
-static uint64_t sb_cpu_ns(void)
-{
-	struct rusage ru;
-
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
-		bench_die("getrusage failed");
-	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * SB_S +
-	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000u;
-}
-
-static uint64_t sb_rss_bytes(void)
-{
-	unsigned long size, resident;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		bench_die("cannot open /proc/self/statm");
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		bench_die("cannot read /proc/self/statm");
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-static void sb_sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / SB_S), (long)(ns % SB_S) };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-/*
- * Waits until the process is quiet: under 1 ms of CPU (all threads) over
- * 5 ms of sleep, so the shards have filed what they were sent and the
- * reclaimer has returned what was retired.  Gives up at @give_up.
- */
-static void sb_settle_until(uint64_t give_up)
-{
-	for (;;) {
-		uint64_t c0 = sb_cpu_ns(), c1;
-
-		sb_sleep_ns(5 * SB_MS);
-		c1 = sb_cpu_ns();
-		if (c1 - c0 < SB_MS || bench_now_ns() + 5 * SB_MS > give_up)
-			return;
-	}
-}
-
-static void sb_settle(void)
-{
-	sb_settle_until(bench_now_ns() + 3 * SB_S);
-}
-
 static void sb_stats(struct kairos *k, struct kairos_stats *st)
 {
 	int rc = kairos_stats(k, st);
@@ -674,20 +621,20 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 
 	for (size_t i = 0; i < n; i++)
 		l->delay[i] = sb_far_delay(r);
-	sb_settle();
+	bench_settle();
 
 	sb_progress(n, label, "arm (fresh pool)");
 	row[SB_ARM_FRESH] = sb_arm_all(k, l);
-	sb_settle();
+	bench_settle();
 	/* Untimed: cancel them all, so that their records return to the pool. */
 	sb_op_ids(l, r);
 	sb_cancel_all(k, l);
-	sb_settle();
+	bench_settle();
 	sb_expect(k, n, n, 0, "arm (fresh pool)");
 
 	sb_progress(n, label, "arm");
 	row[SB_ARM] = sb_arm_all(k, l);
-	sb_settle();
+	bench_settle();
 	sb_expect(k, 2 * n, n, n, "arm");
 
 	/* Later than the latest each deadline can be, by U[1, 1000] ms. */
@@ -700,7 +647,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 	}
 	sb_progress(n, label, "push-later");
 	row[SB_LATER] = sb_reset_all(k, l, "push-later");
-	sb_settle();
+	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-later");
 
 	/* Later again, to absolute deadlines: the same push without a clock read. */
@@ -713,7 +660,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 	}
 	sb_progress(n, label, "push-later (reset_at)");
 	row[SB_LATER_AT] = sb_reset_at_all(k, l);
-	sb_settle();
+	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-later (reset_at)");
 
 	/*
@@ -731,13 +678,13 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 		if (l->op_abs[i] + span + tick > l->lo[l->order[i]])
 			notes->not_earlier++;
 	}
-	sb_settle();
+	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-earlier");
 
 	sb_op_ids(l, r);
 	sb_progress(n, label, "cancel");
 	row[SB_CANCEL] = sb_cancel_all(k, l);
-	sb_settle();
+	bench_settle();
 	sb_expect(k, 2 * n, 2 * n, 0, "cancel");
 	sb_no_strays("cancel");
 
@@ -765,7 +712,7 @@ static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct bench_
 	/* Twice what arming took on a fresh pool this run, and 100 ms. */
 	lead = 100 * SB_MS + (uint64_t)(2 * row[SB_ARM_FRESH] * (double)n);
 	sb_tally_reset();
-	sb_settle();
+	bench_settle();
 
 	sb_progress(n, label, "expiry");
 	base = bench_now_ns() + lead;
@@ -777,18 +724,18 @@ static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct bench_
 	if (armed_at >= base)
 		notes->exp_overlap++;
 	/* The shards file what was armed before the CPU count starts, if they can. */
-	sb_settle_until(base - SB_MS);
-	cpu0 = sb_cpu_ns();
+	bench_settle_until(base - SB_MS);
+	cpu0 = bench_cpu_ns();
 
 	give_up = base + SB_EXP_WINDOW + SB_WAIT_LIMIT;
 	while ((got = sb_tally_sum(&first, &last)) < n) {
 		if (bench_now_ns() > give_up)
 			bench_die("expiry: %" PRIu64 " of %zu callbacks after %" PRIu64 " s",
 				  got, n, SB_WAIT_LIMIT / SB_S);
-		sb_sleep_ns(SB_MS);
+		bench_sleep_ns(SB_MS);
 	}
 	seen = bench_now_ns();
-	cpu1 = sb_cpu_ns();
+	cpu1 = bench_cpu_ns();
 	if (got != n)
 		bench_die("expiry: %" PRIu64 " callbacks for %zu timers", got, n);
 	sb_stats(k, &st);
@@ -846,7 +793,7 @@ static void sb_lateness(struct kairos *k, struct sb_lists *l, struct bench_rng *
 			bench_die("lateness: %" PRIu64 " of %u callbacks after %" PRIu64 " s",
 				  atomic_load_explicit(&sb_late_done, memory_order_relaxed),
 				  SB_LAT_TIMERS, SB_WAIT_LIMIT / SB_S);
-		sb_sleep_ns(10 * SB_MS);
+		bench_sleep_ns(10 * SB_MS);
 	}
 	for (unsigned i = 0; i < SB_LAT_TIMERS; i++) {
 		v[i] = l->late[i].late;
@@ -916,43 +863,43 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct bench_rn
 	 * still resident would be reused here without showing in the RSS.
 	 */
 	malloc_trim(0);
-	rss0 = sb_rss_bytes();
+	rss0 = bench_rss_bytes();
 	k = sb_create(&o->cfg);
-	sb_settle();
-	rss1 = sb_rss_bytes();
+	bench_settle();
+	rss1 = bench_rss_bytes();
 	sb_progress(n, label, "memory");
 	for (size_t i = 0; i < n; i++)
 		err |= kairos_arm(k, l->delay[i], sb_stray_cb, NULL, &l->pool[i]);
 	if (err)
 		bench_die("memory: kairos_arm failed");
-	sb_settle();
-	rss2 = sb_rss_bytes();
+	bench_settle();
+	rss2 = bench_rss_bytes();
 	row[SB_BYTES] = ((double)rss2 - (double)rss1) / (double)n;
 	row[SB_BYTES_SIZEOF] = (double)sizeof(struct rec) * CHUNK_RECS / (CHUNK_RECS - 1);
 
 	sb_progress(n, label, "lateness");
 	sb_lateness(k, l, r, row);
-	sb_settle();
+	bench_settle();
 
 	sb_progress(n, label, "mixed");
 	sb_stats(k, &st0);
-	cpu0 = sb_cpu_ns();
+	cpu0 = bench_cpu_ns();
 	wall = sb_mixed(k, l, r, count);
 	sb_stats(k, &st1);
 	/* The shards' share: what they do after the calls return counts too. */
-	sb_settle();
-	cpu1 = sb_cpu_ns();
+	bench_settle();
+	cpu1 = bench_cpu_ns();
 	row[SB_MIX_CPU] = (double)(cpu1 - cpu0) / SB_MIX_OPS;	/* ns/op == ms per 1e6 */
 	row[SB_MIX_WAKE] = (double)(st1.wakeups - st0.wakeups) / ((double)wall / 1e9);
 	sb_no_strays("mixed");
 
 	sb_progress(n, label, "idle");
 	empty = sb_create(&o->cfg);
-	sb_settle();
+	bench_settle();
 	sb_stats(k, &st0);
 	sb_stats(empty, &e0);
 	t0 = bench_now_ns();
-	sb_sleep_ns(SB_S);
+	bench_sleep_ns(SB_S);
 	sb_stats(k, &st1);
 	sb_stats(empty, &e1);
 	t1 = bench_now_ns();
@@ -961,7 +908,7 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct bench_rn
 	sb_destroy(empty, 0, "idle");
 	sb_no_strays("idle");
 	sb_destroy(k, st1.pending, "memory");
-	rss3 = sb_rss_bytes();
+	rss3 = bench_rss_bytes();
 	row[SB_BYTES_AFTER] = ((double)rss3 - (double)rss0) / (double)n;
 }
 
@@ -1174,7 +1121,7 @@ static double sb_scale_once(const struct sb_opts *o, unsigned shards, uint64_t s
 
 	cfg.shards = shards;
 	k = sb_create(&cfg);
-	sb_settle();
+	bench_settle();
 	if (pthread_barrier_init(&start, NULL, o->threads + 1))
 		bench_die("pthread_barrier_init failed");
 	for (unsigned t = 0; t < o->threads; t++) {
@@ -1195,7 +1142,7 @@ static double sb_scale_once(const struct sb_opts *o, unsigned shards, uint64_t s
 		free(s[t].ring);
 	}
 	pthread_barrier_destroy(&start);
-	sb_settle();
+	bench_settle();
 	sb_no_strays("scaling");
 	sb_destroy(k, 0, "scaling");
 	return (double)ops / ((double)(end - t0) / 1e9);
