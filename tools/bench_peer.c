@@ -1746,8 +1746,8 @@ static void pb_print_legend(const struct pb_opts *o)
 		printf("%sThe calling thread is pinned to CPU %d (--pin); kairos's threads are "
 		       "not.\n", pre, pb_pin_cpu);
 	else
-		printf("%sThe calling thread is not pinned: kairos_arm() takes a record from the "
-		       "pool of the shard of the CPU it runs on.\n", pre);
+		printf("%sThe calling thread is not pinned: kairos_arm() takes records from the "
+		       "pool of the shard of the CPU it first armed from.\n", pre);
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (pb_impls[i]->missing) {
 			printf("%s%s: %s: its column is left out\n", pre, pb_impls[i]->name,
