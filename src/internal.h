@@ -300,7 +300,7 @@ void shard_post(struct shard *s, struct rec *r, uint64_t tick);
 void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
-void shard_end(struct shard *s, struct rec *r, uint64_t old, unsigned st);
+void shard_end(struct shard *s, struct rec *r, uint64_t old);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);

@@ -120,15 +120,17 @@ void shard_wake(struct shard *s)
 	}
 }
 
-/* Ends record @r (state word @old) as @st: counts it and retires it. */
-void shard_end(struct shard *s, struct rec *r, uint64_t old, unsigned st)
+/*
+ * Ends record @r whose state word was @old: wakes cancel_sync waiters, counts
+ * it out of pending, and retires it.  The caller counted how it ended.
+ */
+void shard_end(struct shard *s, struct rec *r, uint64_t old)
 {
 	if (old & ST_WAITERS)
 		state_wake(&r->state);
 	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (s->k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&s->k->total_pending, 1, memory_order_relaxed);
-	(void)st;
 	if (r->wt.where != WHEEL_NONE)
 		kairos_die("ended record still in the wheel");
 	table_retire(s->k, s, r);
@@ -483,7 +485,7 @@ static void drain_one(struct kairos *k, struct shard *s, struct rec *r, int how,
 	(*count)++;
 	if (how == KAIROS_DRAIN_NOTIFY)
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
-	shard_end(s, r, old, ST_DONE);
+	shard_end(s, r, old);
 }
 
 /*

@@ -122,7 +122,7 @@ static void rearm(struct shard *s, struct rec *r, uint64_t old)
 								  memory_order_acq_rel,
 								  memory_order_acquire)) {
 				atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_relaxed);
-				shard_end(s, r, old, ST_CANCELLED);
+				shard_end(s, r, old);
 				return;
 			}
 			continue;
@@ -187,7 +187,7 @@ void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d)
 	/* Release: the callback's effects before cancel_sync sees it ended. */
 	old = atomic_exchange_explicit(&r->state, st_with(old & ~ST_WAITERS, ST_DONE),
 				       memory_order_acq_rel);
-	shard_end(s, r, old, ST_DONE);
+	shard_end(s, r, old);
 }
 
 static void *worker_main(void *arg)
