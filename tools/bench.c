@@ -212,3 +212,16 @@ void bench_settle(void)
 {
 	bench_settle_until(bench_now_ns() + 3000000000u);
 }
+
+int bench_bad_arg(const char *mode, void (*usage)(FILE *), const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kairos-bench %s: ", mode);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\n\n", stderr);
+	usage(stderr);
+	return 2;
+}

@@ -87,6 +87,13 @@ int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  */
 int bench_parse_double(const char *s, double min, double max, double *out);
 
+/*
+ * Prints "kairos-bench MODE: " and the message, then @usage's text, on
+ * stderr.  Return: 2, the exit status for bad usage.
+ */
+__attribute__((format(printf, 3, 4)))
+int bench_bad_arg(const char *mode, void (*usage)(FILE *), const char *fmt, ...);
+
 /* The process: CPU of all its threads, resident memory, and quiet. */
 uint64_t bench_cpu_ns(void);
 uint64_t bench_rss_bytes(void);

@@ -1815,19 +1815,8 @@ static void pb_usage(FILE *f)
 		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int pb_bad_arg(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kairos-bench peer: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n\n", stderr);
-	pb_usage(stderr);
-	return 2;
-}
+/* A bad argument: the message, the usage, and exit status 2. */
+#define pb_bad_arg(...)	bench_bad_arg("peer", pb_usage, __VA_ARGS__)
 
 static int pb_parse_only(struct pb_opts *o, const char *arg)
 {

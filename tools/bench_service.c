@@ -1266,19 +1266,8 @@ static void sb_usage(FILE *f)
 		SB_MAX_N, SB_MAX_THREADS, SB_GOAL_N);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int sb_bad_arg(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kairos-bench service: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n\n", stderr);
-	sb_usage(stderr);
-	return 2;
-}
+/* A bad argument: the message, the usage, and exit status 2. */
+#define sb_bad_arg(...)	bench_bad_arg("service", sb_usage, __VA_ARGS__)
 
 /* @argv[0] is "service". */
 int sb_main(int argc, char **argv)

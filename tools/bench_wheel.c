@@ -1234,19 +1234,8 @@ static void wb_usage(FILE *f)
 		WB_SPAN, WB_PUSH, WB_MAX_N, WB_GOAL_N);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int wb_bad_arg(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("kairos-bench wheel: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n\n", stderr);
-	wb_usage(stderr);
-	return 2;
-}
+/* A bad argument: the message, the usage, and exit status 2. */
+#define wb_bad_arg(...)	bench_bad_arg("wheel", wb_usage, __VA_ARGS__)
 
 /* @argv[0] is "wheel". */
 int wb_main(int argc, char **argv)
