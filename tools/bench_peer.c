@@ -113,6 +113,7 @@
 #endif
 
 #include "bench.h"
+#include "plot.h"
 
 #define PB_MS		UINT64_C(1000000)
 #define PB_S		UINT64_C(1000000000)
@@ -1613,18 +1614,6 @@ static bool pb_in_path(const char *prog)
 	return false;
 }
 
-/* @s in gnuplot's single quotes, where a quote is written twice. */
-static void pb_gp_string(FILE *f, const char *s)
-{
-	fputc('\'', f);
-	for (; *s; s++) {
-		if (*s == '\'')
-			fputc('\'', f);
-		fputc(*s, f);
-	}
-	fputc('\'', f);
-}
-
 static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 {
 	static const struct {
@@ -1649,7 +1638,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 		return;
 	}
 	fprintf(f, "set terminal svg size 1900,900 dynamic font 'sans,11'\nset output ");
-	pb_gp_string(f, o->plot);
+	plot_quote(f, o->plot);
 	fprintf(f, "\nset style data histograms\nset style histogram clustered gap 1\n"
 		   "set style fill solid 0.8 border -1\n"
 		   "set key outside right top vertical font ',9'\n"

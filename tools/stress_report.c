@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "plot.h"
 #include "stress.h"
 
 extern char **environ;
@@ -896,18 +897,6 @@ int report_json(const char *path)
 
 /* ---- --plot ----------------------------------------------------------------- */
 
-/* A path inside a gnuplot single-quoted string: ' is written ''. */
-static void gp_quote(FILE *f, const char *s)
-{
-	fputc('\'', f);
-	for (; *s; s++) {
-		if (*s == '\'')
-			fputc('\'', f);
-		fputc(*s, f);
-	}
-	fputc('\'', f);
-}
-
 static int write_plot_data(const char *dir, char *late, char *ops, char *gp, size_t len)
 {
 	struct lsnap *la = malloc(3 * sizeof(*la));
@@ -969,7 +958,7 @@ static int write_plot_script(const char *gp, const char *late, const char *ops, 
 		return -errno;
 	fprintf(f, "set terminal svg size 1000,900 dynamic noenhanced background rgb 'white'"
 		   " font 'Sans,11'\nset output ");
-	gp_quote(f, out);
+	plot_quote(f, out);
 	fprintf(f, "\nset multiplot layout 2,1 title 'kairos-stress: %.1f s, %u threads, %" PRIu32
 		   " timers, %u shards, %s'\n", S.elapsed_s, S.cfg.threads, S.cfg.timers,
 		S.nshards, S.nshards && S.backends ? S.backends[0].name : "?");
@@ -978,7 +967,7 @@ static int write_plot_script(const char *gp, const char *late, const char *ops, 
 		   "set ylabel 'callbacks per 1/16 octave'\n"
 		   "set grid\nset style fill solid 0.6 border -1\nset yrange [0.5:*]\n"
 		   "plot ");
-	gp_quote(f, late);
+	plot_quote(f, late);
 	/* Buckets double in width each octave: plot a density, so the octaves join. */
 	fprintf(f, " using (sqrt($1*$2)):3:1:2:(0.5):($3/(16*log($2/$1)/log(2)))"
 		   " with boxxyerror lc rgb '#3b75af' notitle\n");
@@ -986,7 +975,7 @@ static int write_plot_script(const char *gp, const char *late, const char *ops, 
 		   "set xrange [0:*]\nset xlabel 'time (s)'\nset ylabel 'calls/s'\nset key outside right top\n"
 		   "set format y '%%.1s%%c'\n"
 		   "plot for [i=2:%u] ", A_N + 2);
-	gp_quote(f, ops);
+	plot_quote(f, ops);
 	fprintf(f, " using 1:i with linespoints pt 7 ps 0.4 title columnheader(i)\n"
 		   "unset multiplot\n");
 	if (fclose(f))
