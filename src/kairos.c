@@ -299,8 +299,8 @@ static bool reserve(struct kairos *k)
 	return false;
 }
 
-static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, kairos_fn fn,
-	       void *arg, kairos_id *out)
+static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint64_t slack_ns,
+	       kairos_fn fn, void *arg, kairos_id *out)
 {
 	struct shard *s;
 	struct rec *r;
@@ -325,7 +325,9 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, kairo
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	r->fn = fn;
 	r->arg = arg;
-	r->wt.slack = 0;
+	/* Whole ticks only, rounded down: the window is never exceeded. */
+	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
+							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
 	r->wt.flags = 0;
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (period_ns) {
@@ -362,7 +364,7 @@ KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_f
 {
 	if (!k || !fn)
 		return -EINVAL;
-	return arm(k, deadline_ns, 0, fn, arg, out);
+	return arm(k, deadline_ns, 0, 0, fn, arg, out);
 }
 
 /* now + @delay_ns on @k's clock, or -EOVERFLOW. */
@@ -382,7 +384,7 @@ KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, 
 		return -EINVAL;
 	if (deadline_after(k, delay_ns, &deadline))
 		return -EOVERFLOW;
-	return arm(k, deadline, 0, fn, arg, out);
+	return arm(k, deadline, 0, 0, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
@@ -394,7 +396,19 @@ KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_
 		return -EINVAL;
 	if (deadline_after(k, period_ns, &deadline))
 		return -EOVERFLOW;
-	return arm(k, deadline, period_ns, fn, arg, out);
+	return arm(k, deadline, period_ns, 0, fn, arg, out);
+}
+
+KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
+				   kairos_fn fn, void *arg, kairos_id *out)
+{
+	uint64_t deadline;
+
+	if (!k || !fn)
+		return -EINVAL;
+	if (deadline_after(k, delay_ns, &deadline))
+		return -EOVERFLOW;
+	return arm(k, deadline, 0, slack_ns, fn, arg, out);
 }
 
 /* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */

@@ -693,6 +693,55 @@ START_TEST(test_service_never_early_random)
 END_TEST
 
 /*
+ * kairos_arm_slack: never before the deadline, never much past the end of
+ * the slack window, exactly once; a reset keeps the slack and the bound.
+ */
+START_TEST(test_service_arm_slack)
+{
+	enum { N = 2000 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	uint64_t *slack = calloc(N, sizeof(*slack));
+	uint64_t seed = t_seed(11);
+	struct t_timer moved;
+	uint64_t before;
+
+	ck_assert_ptr_nonnull(tm);
+	ck_assert_ptr_nonnull(slack);
+	for (int i = 0; i < N; i++) {
+		uint64_t delay = 5 * T_MS + t_rand_below(&seed, 55 * T_MS);
+
+		slack[i] = delay / 4;
+		before = t_now(k);
+		t_timer_init(&tm[i], &tt, before + delay, 0);
+		tm[i].deadline = before + delay;
+		ck_assert_int_eq(kairos_arm_slack(k, delay, slack[i], t_cb, &tm[i], &tm[i].id), 0);
+		atomic_fetch_add(&tt.armed, 1);
+	}
+	/* A slack timer pushed later fires no earlier than its new deadline. */
+	before = t_now(k);
+	t_timer_init(&moved, &tt, 0, 0);
+	ck_assert_int_eq(kairos_arm_slack(k, 10 * T_MS, 20 * T_MS, t_cb, &moved, &moved.id), 0);
+	atomic_fetch_add(&tt.armed, 1);
+	ck_assert_int_eq(kairos_reset(k, moved.id, 80 * T_MS), 0);
+	ck_assert_int_eq(kairos_arm_slack(NULL, T_MS, T_MS, t_cb, &moved, NULL), -EINVAL);
+	ck_assert_int_eq(kairos_arm_slack(k, T_MS, T_MS, NULL, &moved, NULL), -EINVAL);
+	ck_assert_int_eq(kairos_arm_slack(k, UINT64_MAX, 0, t_cb, &moved, NULL), -EOVERFLOW);
+	t_wait_fired(N + 1);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(tm[i].runs, 1);
+		ck_assert_uint_le(t_u64(&tm[i].first_ns), tm[i].deadline + slack[i] + T_LATE);
+	}
+	ck_assert_uint_ge(t_u64(&moved.first_ns), before + 80 * T_MS);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	free(slack);
+	free(tm);
+}
+END_TEST
+
+/*
  * Delays on and around tick multiples and wheel level boundaries (64 and
  * 4096 ticks) for the tick @tick_ns, each armed relative (arm) and absolute
  * (arm_at on a multiple of the tick, and 1 ns either side of it).
@@ -2718,6 +2767,7 @@ static Suite *t_suite(void)
 	tcase_add_test(api, test_service_backend_info);
 
 	tcase_add_test(fire, test_service_never_early_random);
+	tcase_add_test(fire, test_service_arm_slack);
 	tcase_add_test(fire, test_service_never_early_ticks_1ms);
 	tcase_add_test(fire, test_service_never_early_ticks_100us);
 	tcase_add_test(fire, test_service_never_early_ticks_1us);

@@ -191,6 +191,20 @@ int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *ar
 int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg, kairos_id *out);
 
 /*
+ * kairos_arm_slack - kairos_arm() for a timer that may fire up to @slack_ns
+ * after its deadline: never before it, and at most @slack_ns (rounded down
+ * to whole ticks) plus the usual wake-up latency after it.  The wheel then
+ * picks a coarse slot in that window and files the timer fewer times on its
+ * way down: idle timeouts that will mostly be cancelled or pushed later are
+ * the use (a tenth of the delay is a good slack).  kairos_reset() keeps the
+ * slack.  A slack of 0 is kairos_arm().
+ *
+ * Return: as kairos_arm().
+ */
+int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns, kairos_fn fn,
+		     void *arg, kairos_id *out);
+
+/*
  * kairos_cancel - cancels a timer.
  *
  * Context: any thread, callbacks included (their own timer too); does not
