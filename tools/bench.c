@@ -225,3 +225,21 @@ int bench_bad_arg(const char *mode, void (*usage)(FILE *), const char *fmt, ...)
 	usage(stderr);
 	return 2;
 }
+
+double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs)
+{
+	double v = 0;
+
+	switch (how) {
+	case BENCH_MAX:
+		for (unsigned int i = 0; i < runs; i++)
+			v = i == 0 || sample[i] > v ? sample[i] : v;
+		return v;
+	case BENCH_SUM:
+		for (unsigned int i = 0; i < runs; i++)
+			v += sample[i];
+		return v;
+	default:
+		return bench_median(sample, runs);
+	}
+}

@@ -114,6 +114,15 @@ void bench_progress_done(void);
 /* Median of @n samples; sorts @v in place. */
 double bench_median(double *v, size_t n);
 
+/* How a row's per-run samples become the one number in its table. */
+enum bench_agg {
+	BENCH_MEDIAN,
+	BENCH_MAX,	/* the worst run: lateness max, idle wake-ups */
+	BENCH_SUM,	/* over all runs: early counts */
+};
+
+double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs);
+
 /*
  * A goal cell: "<= 40 met", "<= 40 MISSED", or "-" when @judged is false or
  * there is no goal (@goal <= 0).

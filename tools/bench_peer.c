@@ -155,31 +155,25 @@ enum pb_row {
 	PB_NROWS
 };
 
-enum pb_agg {
-	PB_MEDIAN,
-	PB_MAX,
-	PB_SUM,
-};
-
 static const struct pb_row_info {
 	const char *name;
 	const char *unit;
 	int prec;
-	enum pb_agg agg;
+	enum bench_agg agg;
 	bool ratio;		/* x kairos means something for this row */
 } pb_rows[PB_NROWS] = {
-	[PB_ARM] = { "arm", "ns/op", 1, PB_MEDIAN, true },
-	[PB_CANCEL] = { "cancel", "ns/op", 1, PB_MEDIAN, true },
-	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, PB_MEDIAN, true },
-	[PB_LATER] = { "push-later", "ns/op", 1, PB_MEDIAN, true },
-	[PB_LAT_P50] = { "lateness p50", "us", 1, PB_MEDIAN, true },
-	[PB_LAT_P99] = { "lateness p99", "us", 1, PB_MEDIAN, true },
-	[PB_LAT_MAX] = { "lateness max", "us", 1, PB_MAX, true },
-	[PB_EARLY] = { "early (sum of runs)", "calls", 0, PB_SUM, false },
-	[PB_EARLIEST] = { "early by at most", "us", 1, PB_MAX, false },
-	[PB_BYTES] = { "bytes/timer (RSS)", "B", 1, PB_MEDIAN, true },
-	[PB_KBYTES] = { "bytes/timer (kernel)", "B", 1, PB_MEDIAN, false },
-	[PB_CHURN] = { "churn CPU", "ms/1e6 ops", 1, PB_MEDIAN, true },
+	[PB_ARM] = { "arm", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, BENCH_MEDIAN, true },
+	[PB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, true },
+	[PB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, true },
+	[PB_LAT_MAX] = { "lateness max", "us", 1, BENCH_MAX, true },
+	[PB_EARLY] = { "early (sum of runs)", "calls", 0, BENCH_SUM, false },
+	[PB_EARLIEST] = { "early by at most", "us", 1, BENCH_MAX, false },
+	[PB_BYTES] = { "bytes/timer (RSS)", "B", 1, BENCH_MEDIAN, true },
+	[PB_KBYTES] = { "bytes/timer (kernel)", "B", 1, BENCH_MEDIAN, false },
+	[PB_CHURN] = { "churn CPU", "ms/1e6 ops", 1, BENCH_MEDIAN, true },
 };
 
 /* ------------------------------------------------------------------------
@@ -1394,24 +1388,6 @@ static unsigned pb_lat_for(const struct pb_opts *o, size_t n)
 	return PB_LAT_TIMERS;
 }
 
-static double pb_aggregate(int row, double *sample, unsigned int runs)
-{
-	double v = 0;
-
-	switch (pb_rows[row].agg) {
-	case PB_MAX:
-		for (unsigned int i = 0; i < runs; i++)
-			v = i == 0 || sample[i] > v ? sample[i] : v;
-		return v;
-	case PB_SUM:
-		for (unsigned int i = 0; i < runs; i++)
-			v += sample[i];
-		return v;
-	default:
-		return bench_median(sample, runs);
-	}
-}
-
 static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 {
 	double (*v)[PB_NIMPL][PB_NROWS] = bench_alloc(s->runs * sizeof(*v));
@@ -1453,7 +1429,7 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 		for (int row = 0; row < PB_NROWS; row++) {
 			for (unsigned run = 0; run < s->runs; run++)
 				sample[run] = v[run][i][row];
-			s->v[i][row] = pb_aggregate(row, sample, s->runs);
+			s->v[i][row] = bench_aggregate(pb_rows[row].agg, sample, s->runs);
 		}
 	}
 	pb_lists_free(&l);

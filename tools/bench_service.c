@@ -166,44 +166,38 @@ enum sb_goal_kind {
 	SB_ZERO,	/* value == 0, judged at every N */
 };
 
-enum sb_agg {
-	SB_MEDIAN,
-	SB_MAX,
-	SB_SUM,
-};
-
 static const struct sb_row_info {
 	const char *name;
 	const char *unit;
 	int prec;
-	enum sb_agg agg;
+	enum bench_agg agg;
 	enum sb_goal_kind kind;
 	double goal;		/* SB_LE; for the lateness p99: set at run time */
 } sb_rows[SB_NROWS] = {
-	[SB_ARM_FRESH] = { "arm (fresh pool)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_ARM] = { "arm", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
-	[SB_LATER] = { "push-later", "ns/op", 1, SB_MEDIAN, SB_LE, 30 },
-	[SB_LATER_AT] = { "push-later (reset_at)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_EARLIER] = { "push-earlier", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_CANCEL] = { "cancel", "ns/op", 1, SB_MEDIAN, SB_LE, 60 },
-	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_FLOOR_CLOCK] = { "clock+CAS (floor)", "ns/op", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_EXP_RATE] = { "expiry", "M/s", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_EXP_SHARD] = { "expiry per shard", "M/s", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_EXP_CPU] = { "expiry CPU", "ns/timer", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_LAT_P50] = { "lateness p50", "us", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_LAT_P99] = { "lateness p99", "us", 1, SB_MEDIAN, SB_LE, 0 },
-	[SB_LAT_MAX] = { "lateness max", "us", 1, SB_MAX, SB_NO_GOAL, 0 },
-	[SB_LAT_EARLY] = { "early", "calls", 0, SB_SUM, SB_ZERO, 0 },
-	[SB_LAT_P99_STATS] = { "lateness p99 (stats)", "us", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_LAT_EARLY_STATS] = { "early (stats)", "calls", 0, SB_SUM, SB_ZERO, 0 },
-	[SB_BYTES] = { "bytes/timer (RSS)", "B", 2, SB_MEDIAN, SB_LE, 64 },
-	[SB_BYTES_SIZEOF] = { "bytes/timer (sizeof)", "B", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_BYTES_AFTER] = { "resident after destroy", "B/timer", 2, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_MIX_CPU] = { "CPU per 1e6 mixed ops", "ms", 1, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_MIX_WAKE] = { "wake-ups, mixed load", "/s", 0, SB_MEDIAN, SB_NO_GOAL, 0 },
-	[SB_IDLE_NONE] = { "idle wake-ups, empty", "/s", 0, SB_MAX, SB_ZERO, 0 },
-	[SB_IDLE_PENDING] = { "idle wake-ups, N pending", "/s", 0, SB_MAX, SB_ZERO, 0 },
+	[SB_ARM_FRESH] = { "arm (fresh pool)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_ARM] = { "arm", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
+	[SB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, SB_LE, 30 },
+	[SB_LATER_AT] = { "push-later (reset_at)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EARLIER] = { "push-earlier", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
+	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_FLOOR_CLOCK] = { "clock+CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_RATE] = { "expiry", "M/s", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_SHARD] = { "expiry per shard", "M/s", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_EXP_CPU] = { "expiry CPU", "ns/timer", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, SB_LE, 0 },
+	[SB_LAT_MAX] = { "lateness max", "us", 1, BENCH_MAX, SB_NO_GOAL, 0 },
+	[SB_LAT_EARLY] = { "early", "calls", 0, BENCH_SUM, SB_ZERO, 0 },
+	[SB_LAT_P99_STATS] = { "lateness p99 (stats)", "us", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LAT_EARLY_STATS] = { "early (stats)", "calls", 0, BENCH_SUM, SB_ZERO, 0 },
+	[SB_BYTES] = { "bytes/timer (RSS)", "B", 2, BENCH_MEDIAN, SB_LE, 64 },
+	[SB_BYTES_SIZEOF] = { "bytes/timer (sizeof)", "B", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_BYTES_AFTER] = { "resident after destroy", "B/timer", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_MIX_CPU] = { "CPU per 1e6 mixed ops", "ms", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_MIX_WAKE] = { "wake-ups, mixed load", "/s", 0, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_IDLE_NONE] = { "idle wake-ups, empty", "/s", 0, BENCH_MAX, SB_ZERO, 0 },
+	[SB_IDLE_PENDING] = { "idle wake-ups, N pending", "/s", 0, BENCH_MAX, SB_ZERO, 0 },
 };
 
 struct sb_opts {
@@ -940,24 +934,6 @@ static void sb_goal_cell(const struct sb_opts *o, char *buf, size_t len, int row
 	}
 }
 
-static double sb_aggregate(int row, double *sample, unsigned int runs)
-{
-	double v = 0;
-
-	switch (sb_rows[row].agg) {
-	case SB_MAX:
-		for (unsigned int i = 0; i < runs; i++)
-			v = i == 0 || sample[i] > v ? sample[i] : v;
-		return v;
-	case SB_SUM:
-		for (unsigned int i = 0; i < runs; i++)
-			v += sample[i];
-		return v;
-	default:
-		return bench_median(sample, runs);
-	}
-}
-
 static const char *sb_backend(struct kairos *k, const char **why)
 {
 	const char *name = "?";
@@ -1063,7 +1039,7 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 	for (int row = 0; row < SB_NROWS; row++) {
 		for (unsigned int run = 0; run < o->runs; run++)
 			sample[run] = v[run][row];
-		med[row] = sb_aggregate(row, sample, o->runs);
+		med[row] = bench_aggregate(sb_rows[row].agg, sample, o->runs);
 	}
 	sb_print_table(o, n, med, &notes, o->cfg.shards, backend);
 	sb_lists_free(&l);
