@@ -2,88 +2,126 @@
 /*
  * backend_epoll.c - the fallback when io_uring is refused: the shard sleeps in
  * epoll_wait() on its timerfd and wake eventfd, then reads whichever fired.
+ *
+ * When a ring stops working at run time and no epoll instance can be made
+ * (no fd left), the shard waits with poll() on the same two descriptors:
+ * that needs neither an fd nor memory, so the move cannot fail.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "internal.h"
-
-struct epoll_state {
-	int epfd;
-};
 
 static int add(int epfd, int fd, uint32_t tag)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = tag };
+
+	if (fault_hit())
+		return -ENOMEM;
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+}
+
+static int nonblock(int fd)
+{
 	int fl = fcntl(fd, F_GETFL);
 
 	/* Reads after a readiness report must never block. */
 	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+	return 0;
 }
 
 static int epoll_init(struct shard *s)
 {
-	struct epoll_state *e = calloc(1, sizeof(*e));
-	int rc;
+	int rc, epfd;
 
-	if (!e)
-		return -ENOMEM;
-	e->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (e->epfd < 0) {
-		rc = -errno;
-		free(e);
-		return rc;
-	}
-	rc = add(e->epfd, s->tfd, BK_TIMER);
+	s->epfd = -1;
+	rc = nonblock(s->tfd);
 	if (!rc)
-		rc = add(e->epfd, s->efd, BK_WAKE);
+		rc = nonblock(s->efd);
+	if (rc)
+		return rc;
+	if (fault_hit())
+		return -EMFILE;
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (epfd < 0)
+		return -errno;
+	rc = add(epfd, s->tfd, BK_TIMER);
+	if (!rc)
+		rc = add(epfd, s->efd, BK_WAKE);
 	if (rc) {
-		close(e->epfd);
-		free(e);
+		close(epfd);
 		return rc;
 	}
-	s->backend = e;
+	s->epfd = epfd;
 	return 0;
+}
+
+/* Reads the fd that fired, so that it stops reporting; returns its BK_* bit. */
+static int consume(struct shard *s, int bit)
+{
+	uint64_t v;
+
+	/* EAGAIN: a settime raced the report; ECANCELED: the clock was set. */
+	if (read(bit == BK_TIMER ? s->tfd : s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN &&
+	    errno != ECANCELED)
+		return -errno;
+	return bit;
+}
+
+static int poll_wait(struct shard *s)
+{
+	struct pollfd p[2] = { { .fd = s->tfd, .events = POLLIN }, { .fd = s->efd, .events = POLLIN } };
+	int n, ev = 0, rc;
+
+	do {
+		n = poll(p, 2, -1);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		if (!p[i].revents)
+			continue;
+		rc = consume(s, i ? BK_WAKE : BK_TIMER);
+		if (rc < 0)
+			return rc;
+		ev |= rc;
+	}
+	return ev;
 }
 
 static int epoll_wait_ev(struct shard *s)
 {
-	struct epoll_state *e = s->backend;
 	struct epoll_event evs[2];
-	int n, ev = 0;
+	int n, ev = 0, rc;
 
+	if (s->epfd < 0)
+		return poll_wait(s);
 	do {
-		n = epoll_wait(e->epfd, evs, 2, -1);
+		n = epoll_wait(s->epfd, evs, 2, -1);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
 	for (int i = 0; i < n; i++) {
-		int fd = evs[i].data.u32 == BK_TIMER ? s->tfd : s->efd;
-		uint64_t v;
-
-		/* EAGAIN: a settime raced the report; ECANCELED: clock was set. */
-		if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN && errno != ECANCELED)
-			return -errno;
-		ev |= (int)evs[i].data.u32;
+		rc = consume(s, (int)evs[i].data.u32);
+		if (rc < 0)
+			return rc;
+		ev |= rc;
 	}
 	return ev;
 }
 
 static void epoll_fini(struct shard *s)
 {
-	struct epoll_state *e = s->backend;
-
-	if (!e)
-		return;
-	close(e->epfd);
-	free(e);
-	s->backend = NULL;
+	if (s->epfd >= 0)
+		close(s->epfd);
+	s->epfd = -1;
 }
 
 const struct backend_ops backend_epoll_ops = {

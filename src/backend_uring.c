@@ -13,6 +13,7 @@
 #include <liburing.h>
 #include <stdlib.h>
 
+#include "fault.h"
 #include "internal.h"
 
 #define UD_TIMER	1
@@ -32,11 +33,18 @@ static int uring_init(struct shard *s)
 		0,
 	};
 	unsigned entries = s->k->cfg.ring_entries;
-	struct uring_state *u = calloc(1, sizeof(*u));
+	struct uring_state *u = fault_calloc(1, sizeof(*u));
 	int rc = -EINVAL;
 
 	if (!u)
 		return -ENOMEM;
+	/* A test may refuse the ring (see fault.h). */
+	rc = fault_hit() ? -ENOMEM : -atomic_load_explicit(&fault_uring, memory_order_relaxed);
+	if (rc) {
+		free(u);
+		return rc;
+	}
+	rc = -EINVAL;
 	for (size_t i = 0; i < sizeof(ladder) / sizeof(ladder[0]); i++) {
 		struct io_uring_params p = { .flags = ladder[i] };
 

@@ -8,13 +8,20 @@
  *  - Any thread allocates records from a shard's pool (a lock-free stack),
  *    changes a record's state word with CAS, and posts records to the shard's
  *    inbox (a lock-free stack the shard takes whole).
- *  - Workers take expired records from the shard's delivery queue (a mutex
- *    and a condition variable, taken once per batch, never by the hot
- *    arm/cancel/reset paths).
+ *  - Workers take expired records from the shard's delivery queue (a list
+ *    linked through the records themselves, so delivery never allocates,
+ *    under a mutex taken once per batch, never by the hot arm/cancel/reset
+ *    paths).
  *  - Records are looked up by id inside RCU read-side critical sections
  *    (liburcu, bulletproof flavour, so callers never register), and a record
  *    that ended is reused only after a grace period: a thread that looked a
  *    record up can still write to it without touching its next life.
+ *  - No thread sleeps inside a read-side section: the grace periods of the
+ *    bulletproof flavour are process-wide, so one sleeping reader would stall
+ *    the reclamation of every service.  A thread that must wait (cancel_sync
+ *    for a running callback, an arm for a shard far behind) leaves the
+ *    section and sleeps on the service header's event count, which outlives
+ *    the service (see struct kairos).
  */
 #ifndef KAIROS_INTERNAL_H
 #define KAIROS_INTERNAL_H
@@ -82,7 +89,7 @@ enum rec_state {
 };
 #define ST_MASK		UINT64_C(0x7)
 #define ST_QUEUED	UINT64_C(0x08)	/* on the shard's inbox */
-#define ST_WAITERS	UINT64_C(0x10)	/* kairos_cancel_sync() sleeps on the word */
+#define ST_WAITERS	UINT64_C(0x10)	/* a kairos_cancel_sync() waits for this run to end */
 #define ST_STOP		UINT64_C(0x20)	/* periodic: cancelled while running */
 #define ST_REBASE	UINT64_C(0x40)	/* periodic: reset, take the period from the new deadline */
 #define ST_PERIODIC	UINT64_C(0x80)	/* fixed for the record's life: a periodic timer */
@@ -108,10 +115,18 @@ struct rec {
 	struct rec *inbox_next;		/* link on the inbox; written before the push */
 } __attribute__((aligned(CACHELINE)));
 
-/* Periodic timers keep their period beside the chunk, allocated on first use. */
+/*
+ * Periodic timers keep their period beside the chunk, allocated on first
+ * use.  The shard writes fire_ns and fire_status when it moves the record to
+ * FIRING; the worker reads them after taking the record from the delivery
+ * queue (whose mutex orders the two), and nobody writes them again until the
+ * record is PENDING once more.
+ */
 struct rec_period {
 	uint64_t period_ns;
-	uint64_t next_ns;	/* the deadline (ns) of the coming run */
+	uint64_t next_ns;	/* the deadline (ns) of the coming run; saturates */
+	uint64_t fire_ns;	/* the deadline of the run being delivered */
+	int fire_status;	/* the expirations it covers */
 };
 
 /*
@@ -141,19 +156,17 @@ struct rec_chunk {
 _Static_assert(sizeof(struct rec) == CACHELINE, "a record is one cache line");
 _Static_assert(sizeof(struct rec_chunk) == CHUNK_BYTES, "a chunk is exactly its mapping");
 
-/* ---- delivery -------------------------------------------------------------- */
-struct delivery {
-	struct rec *r;
-	kairos_id id;
-	uint64_t deadline_ns;
-	int status;
-};
-
+/* ---- delivery --------------------------------------------------------------
+ * Expired records wait for a worker on a FIFO linked through wt.link.next,
+ * which is free once the wheel has popped a record: nothing on the way from
+ * the wheel to the callback allocates, so an arm that succeeded never costs
+ * the process its life when its timer expires.
+ */
 struct dqueue {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct delivery *buf;	/* ring of cap entries */
-	size_t head, len, cap;
+	struct rec *head, *tail;
+	size_t len;
 	_Atomic bool stop;		/* written under the lock, read without */
 };
 
@@ -176,6 +189,12 @@ struct shard;
 #define BK_TIMER	1	/* the timerfd expired */
 #define BK_WAKE		2	/* the wake eventfd was written */
 
+/* What a shard reports through kairos_backend_info(); see backend.c. */
+struct backend_report {
+	const char *name;
+	char why[192];
+};
+
 struct backend_ops {
 	const char *name;
 	/* Called on the shard thread; the timerfd and eventfd exist. */
@@ -187,6 +206,11 @@ struct backend_ops {
 
 extern const struct backend_ops backend_uring_ops KAIROS_HIDDEN;
 extern const struct backend_ops backend_epoll_ops KAIROS_HIDDEN;
+
+/* backend.c: the choice between them. */
+int backend_choose(struct kairos *k);
+int backend_start(struct shard *s);
+void backend_fallback(struct shard *s, int err);
 
 /* ---- shard ----------------------------------------------------------------- */
 struct kairos;
@@ -207,8 +231,6 @@ struct shard {
 	/* Written by every poster: its own cache lines. */
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t inbox_posts;	/* approximate, to wake on a deep inbox */
-	_Atomic uint32_t drain_seq;	/* futex: bumped each time the shard takes the inbox */
-	_Atomic uint32_t drain_waiters;	/* posters held back by a full inbox */
 	/*
 	 * The tick the shard sleeps until (its timerfd), or 0 while it is awake
 	 * and will look at the inbox before sleeping again.  A poster whose
@@ -233,13 +255,13 @@ struct shard {
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
 	uint64_t now_ns;		/* cached per loop pass */
-	int tfd, efd;
+	int tfd, efd, epfd;
 	const struct backend_ops *ops;
-	enum kairos_backend want;	/* after $KAIROS_BACKEND: AUTO may fall back */
-	const char *backend_why;
-	char why_buf[160];
-	void *backend;			/* the backend's own state */
+	void *backend;			/* the io_uring backend's own state */
 	struct rec *deferred;		/* due records a resetter or post holds */
+	struct rec *dfirst, *dlast;	/* this pass's expired records, for the workers */
+	size_t dlen;
+	unsigned checks;		/* passes since the last wheel_check (debug builds) */
 
 	struct kairos *k;
 	unsigned index;
@@ -247,7 +269,10 @@ struct shard {
 	_Atomic int stop;
 	_Atomic uint32_t init_done;	/* futex: the thread has set up its backend */
 	int init_rc;			/* backend init result, for kairos_create */
-	bool thread_joined;
+
+	/* Initial choice and run-time fallback; rep points at the one in force. */
+	struct backend_report report[2];
+	_Atomic(struct backend_report *) rep;
 
 	pthread_mutex_t grow_lock;
 	_Atomic unsigned nchunks;
@@ -256,27 +281,45 @@ struct shard {
 	struct dqueue dq;
 	pthread_t *workers;
 	unsigned nworkers;
-	struct delivery *dbatch;	/* the shard's batch before it is queued */
-	size_t dlen, dcap;
 };
 
+/*
+ * A service.  The header is never freed (destroyed ones stay on a list), so
+ * a thread may sleep on its event count outside any read-side section and
+ * still wake safely after kairos_destroy() has freed everything else.
+ */
 struct kairos {
-	_Atomic int dead;		/* set by kairos_destroy(); the header stays */
+	_Atomic int dead;		/* set by kairos_destroy() or, in a child, by fork */
 	struct kairos_config cfg;
 	uint32_t salt;			/* first generation of every record */
 	unsigned nshards;
 	struct shard **shards;
+	enum kairos_backend backend;	/* after $KAIROS_BACKEND (backend.c) */
+	const char *backend_why;
 	_Atomic uint64_t total_pending;	/* kept only when cfg.max_timers is set */
 	_Atomic uint64_t rejected;
 
 	pthread_t reclaimer;
-	bool reclaimer_started;
 	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
 	_Atomic int reclaim_stop;
-	struct kairos *dead_next;	/* on the list of destroyed headers */
+	struct kairos *list_next;	/* on the list of live, then destroyed, services */
+	struct kairos *list_prev;
 	struct kairos_stats final;	/* the counters at the end of kairos_destroy() */
 	_Atomic int final_valid;
+
+	/*
+	 * Sleepers outside the read-side section wait for ev_seq to change.  It
+	 * is bumped when a record that a cancel_sync waits on ends, when a
+	 * shard drains its inbox while ev_waiters (arms held back) is non-zero,
+	 * and when kairos_destroy() starts and ends.  Its own line: the words
+	 * above are read on every call.
+	 */
+	_Atomic uint32_t ev_seq __attribute__((aligned(CACHELINE)));
+	_Atomic uint32_t ev_waiters;
 };
+
+/* Wakes every thread sleeping on @k's event count. */
+void service_event(struct kairos *k);
 
 /* The service and timer whose callback this thread is running, if any. */
 extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
@@ -294,9 +337,12 @@ void table_reclaimer_stop(struct kairos *k);
 void table_free(struct shard *s);
 
 /* shard.c */
-int shard_start(struct kairos *k, struct shard *s);
+#define SHARD_POST_LIMIT	65536	/* posts a shard may be behind; see shard_post() */
+int shard_new(struct kairos *k, unsigned index, struct shard **out);
+void shard_free(struct shard *s);
+int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
-void shard_post(struct shard *s, struct rec *r, uint64_t tick);
+bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
 void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
@@ -305,14 +351,14 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old);
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);
 void worker_stop(struct shard *s);
-void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d);
-void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n);
+void worker_deliver(struct kairos *k, struct shard *s, struct rec *r);
+void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n);
 
-/* futex helpers; a state word's futex is its low half. */
+/* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */
 void futex_wait32(_Atomic uint32_t *word, uint32_t seen);
+/* As futex_wait32(), for at most @ns; returns false once that time has passed. */
+bool futex_wait32_for(_Atomic uint32_t *word, uint32_t seen, uint64_t ns);
 void futex_wake32(_Atomic uint32_t *word, int n);
-void state_wait(_Atomic uint64_t *state, uint64_t seen);
-void state_wake(_Atomic uint64_t *state);
 
 /* Spin politely while another thread holds a record for a few instructions. */
 void cpu_relax_n(unsigned *spins);

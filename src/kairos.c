@@ -13,6 +13,7 @@
 #include <urcu-bp.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +22,95 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "internal.h"
 
-/* Headers of destroyed services (see kairos_destroy()). */
-static pthread_mutex_t dead_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kairos *dead_list;
+/*
+ * Every service, live or destroyed, is on one of two lists under svc_lock:
+ * destroyed headers stay so that later calls can say -ESHUTDOWN (the lists
+ * keep them reachable, so leak checkers see a deliberate, bounded keep), and
+ * a child of fork() marks every live service of its parent dead.
+ */
+static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kairos *live_list, *dead_list;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 void kairos_die_at(const char *file, int line, const char *what)
 {
 	fprintf(stderr, "kairos: %s:%d: %s\n", file, line, what);
 	abort();
+}
+
+static void svc_lock_take(void)
+{
+	if (pthread_mutex_lock(&svc_lock))
+		kairos_die("pthread_mutex_lock");
+}
+
+static void svc_lock_drop(void)
+{
+	if (pthread_mutex_unlock(&svc_lock))
+		kairos_die("pthread_mutex_unlock");
+}
+
+static void list_add(struct kairos **head, struct kairos *k)
+{
+	k->list_prev = NULL;
+	k->list_next = *head;
+	if (*head)
+		(*head)->list_prev = k;
+	*head = k;
+}
+
+static void list_del(struct kairos **head, struct kairos *k)
+{
+	if (k->list_prev)
+		k->list_prev->list_next = k->list_next;
+	else
+		*head = k->list_next;
+	if (k->list_next)
+		k->list_next->list_prev = k->list_prev;
+}
+
+/*
+ * fork(): the parent's services keep running in the parent; in the child
+ * their threads do not exist, so every one of them is marked dead there
+ * (calls return -ESHUTDOWN and nothing waits for a thread that is gone).
+ * liburcu-bp's own hooks keep its locks consistent across the fork, so the
+ * child can make and destroy services of its own even when a parent thread
+ * was inside a grace period at the time.
+ */
+static void fork_prepare(void)
+{
+	svc_lock_take();
+	urcu_bp_before_fork();
+}
+
+static void fork_parent(void)
+{
+	urcu_bp_after_fork_parent();
+	svc_lock_drop();
+}
+
+static void fork_child(void)
+{
+	urcu_bp_after_fork_child();
+	for (struct kairos *k = live_list; k; k = k->list_next)
+		atomic_store_explicit(&k->dead, 1, memory_order_relaxed);
+	svc_lock_drop();
+}
+
+static void fork_hooks(void)
+{
+	if (pthread_atfork(fork_prepare, fork_parent, fork_child))
+		kairos_die("pthread_atfork");
+}
+
+void service_event(struct kairos *k)
+{
+	/* Release: what the sleepers look at next was written before this. */
+	atomic_fetch_add_explicit(&k->ev_seq, 1, memory_order_seq_cst);
+	futex_wake32(&k->ev_seq, INT_MAX);
 }
 
 KAIROS_EXPORT void kairos_config_default(struct kairos_config *cfg)
@@ -63,10 +143,19 @@ static int config_fix(struct kairos_config *cfg)
 		cfg->tick_ns = def.tick_ns;
 	if (!cfg->ring_entries)
 		cfg->ring_entries = def.ring_entries;
+	/*
+	 * 0 is CLOCK_REALTIME's number, but a zero-filled config means "the
+	 * default" everywhere: the wall clock jumps, so it is never accepted.
+	 */
+	if (!cfg->clock)
+		cfg->clock = def.clock;
 	if (cfg->shards > MAX_SHARDS || cfg->workers > 1024)
 		return -EINVAL;
-	/* Below 1 us a tick costs more in wake-ups than it buys in precision. */
-	if (cfg->tick_ns < 1000)
+	/*
+	 * Below 1 us a tick costs more in wake-ups than it buys in precision;
+	 * above 1 s it is no timer any more (and near 2^64 nothing would fire).
+	 */
+	if (cfg->tick_ns < 1000 || cfg->tick_ns > 1000000000)
 		return -EINVAL;
 	if (cfg->clock != CLOCK_MONOTONIC && cfg->clock != CLOCK_BOOTTIME)
 		return -EINVAL;
@@ -90,64 +179,68 @@ static void pin(pthread_t t, unsigned cpu)
 	(void)pthread_setaffinity_np(t, sizeof(set), &set);
 }
 
-static void shard_free(struct shard *s)
-{
-	if (s->tfd >= 0)
-		close(s->tfd);
-	if (s->efd >= 0)
-		close(s->efd);
-	table_free(s);
-	free(s->dq.buf);
-	free(s->dbatch);
-	pthread_mutex_destroy(&s->grow_lock);
-	pthread_mutex_destroy(&s->dq.lock);
-	pthread_cond_destroy(&s->dq.cond);
-	free(s);
-}
-
-static struct shard *shard_new(struct kairos *k, unsigned index)
-{
-	struct shard *s = aligned_alloc(CACHELINE, (sizeof(*s) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1));
-
-	if (!s)
-		return NULL;
-	memset(s, 0, sizeof(*s));
-	s->k = k;
-	s->index = index;
-	s->tfd = -1;
-	s->efd = -1;
-	s->thread_joined = true;	/* until a thread exists */
-	wheel_init(&s->wheel, 0);	/* teardown may drain a shard that never started */
-	if (pthread_mutex_init(&s->grow_lock, NULL) || pthread_mutex_init(&s->dq.lock, NULL) ||
-	    pthread_cond_init(&s->dq.cond, NULL))
-		kairos_die("pthread init");
-	return s;
-}
-
 static void stats_collect(struct kairos *k, struct kairos_stats *out);
 
-/* Stops and frees everything @k started; drains pending timers per @how. */
+/*
+ * Makes @k's shards, reclaimer, shard threads and workers, in that order.
+ * Each step undoes its own partial work when it fails, and this ladder
+ * undoes the steps before it, so a failure leaves no fd, thread or memory.
+ * No timer exists yet: nothing needs draining on the way down.
+ */
+static int start(struct kairos *k)
+{
+	unsigned made = 0, started = 0, staffed = 0, n = k->nshards;
+	int rc = 0;
+
+	for (; made < n; made++) {
+		rc = shard_new(k, made, &k->shards[made]);
+		if (rc)
+			goto undo_made;
+	}
+	rc = table_reclaimer_start(k);
+	if (rc)
+		goto undo_made;
+	for (; started < n; started++) {
+		rc = shard_start(k->shards[started]);
+		if (rc)
+			goto undo_started;
+	}
+	for (; staffed < n; staffed++) {
+		rc = worker_start(k, k->shards[staffed]);
+		if (rc)
+			goto undo_staffed;
+	}
+	return 0;
+undo_staffed:
+	while (staffed--)
+		worker_stop(k->shards[staffed]);
+undo_started:
+	while (started--)
+		shard_stop(k->shards[started]);
+	table_reclaimer_stop(k);
+undo_made:
+	while (made--)
+		shard_free(k->shards[made]);
+	return rc;
+}
+
+/* Stops everything start() made; drains pending timers per @how. */
 static uint64_t teardown(struct kairos *k, int how)
 {
 	uint64_t drained = 0;
 
 	/* Workers first: a periodic timer they re-arm lands in a live shard. */
 	for (unsigned i = 0; i < k->nshards; i++)
-		if (k->shards[i])
-			worker_stop(k->shards[i]);
+		worker_stop(k->shards[i]);
 	for (unsigned i = 0; i < k->nshards; i++)
-		if (k->shards[i])
-			shard_stop(k->shards[i]);
+		shard_stop(k->shards[i]);
 	for (unsigned i = 0; i < k->nshards; i++)
-		if (k->shards[i])
-			shard_drain(k, k->shards[i], how, &drained);
-	if (k->reclaimer_started)
-		table_reclaimer_stop(k);
+		shard_drain(k, k->shards[i], how, &drained);
+	table_reclaimer_stop(k);
 	/* Nothing runs any more: these are the service's last counters. */
 	stats_collect(k, &k->final);
 	for (unsigned i = 0; i < k->nshards; i++)
-		if (k->shards[i])
-			shard_free(k->shards[i]);
+		shard_free(k->shards[i]);
 	free(k->shards);
 	k->shards = NULL;
 	return drained;
@@ -160,58 +253,49 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 
 	if (!out)
 		return -EINVAL;
-	k = calloc(1, sizeof(*k));
+	if (pthread_once(&fork_once, fork_hooks))
+		kairos_die("pthread_once");
+	k = fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
+	memset(k, 0, sizeof(*k));
 	if (cfg)
 		k->cfg = *cfg;
 	else
 		kairos_config_default(&k->cfg);
 	rc = config_fix(&k->cfg);
+	if (!rc)
+		rc = backend_choose(k);
 	if (rc)
-		goto fail_free;
+		goto fail;
 	if (getrandom(&k->salt, sizeof(k->salt), GRND_NONBLOCK) != sizeof(k->salt))
 		k->salt = (uint32_t)clock_now_ns(CLOCK_MONOTONIC) * 2654435761u;
 	if (k->salt == 0)
 		k->salt = 1;
 	k->nshards = k->cfg.shards;
-	k->shards = calloc(k->nshards, sizeof(*k->shards));
+	k->shards = fault_calloc(k->nshards, sizeof(*k->shards));
 	if (!k->shards) {
 		rc = -ENOMEM;
-		goto fail_free;
+		goto fail;
 	}
-	for (unsigned i = 0; i < k->nshards; i++) {
-		k->shards[i] = shard_new(k, i);
-		if (!k->shards[i]) {
-			rc = -ENOMEM;
-			goto fail;
-		}
-	}
-	rc = table_reclaimer_start(k);
+	rc = start(k);
 	if (rc)
 		goto fail;
-	k->reclaimer_started = true;
-	for (unsigned i = 0; i < k->nshards; i++) {
-		struct shard *s = k->shards[i];
+	if (k->cfg.pin_cpus) {
+		for (unsigned i = 0; i < k->nshards; i++) {
+			struct shard *s = k->shards[i];
 
-		s->thread_joined = false;
-		rc = shard_start(k, s);
-		if (rc)
-			goto fail;
-		rc = worker_start(k, s);
-		if (rc)
-			goto fail;
-		if (k->cfg.pin_cpus) {
 			pin(s->thread, i);
 			for (unsigned w = 0; w < s->nworkers; w++)
 				pin(s->workers[w], i);
 		}
 	}
+	svc_lock_take();
+	list_add(&live_list, k);
+	svc_lock_drop();
 	*out = k;
 	return 0;
 fail:
-	teardown(k, KAIROS_DRAIN_DROP);
-fail_free:
 	free(k->shards);
 	free(k);
 	return rc;
@@ -221,27 +305,29 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 {
 	uint64_t drained;
 
-	if (!k || (how != KAIROS_DRAIN_DROP && how != KAIROS_DRAIN_NOTIFY))
+	if (!k)
 		return -EINVAL;
 	if (tls_service == k)
 		return -EDEADLK;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (how != KAIROS_DRAIN_DROP && how != KAIROS_DRAIN_NOTIFY)
+		return -EINVAL;
 	if (atomic_exchange_explicit(&k->dead, 1, memory_order_acq_rel))
 		return -ESHUTDOWN;
+	/* Arms held back for a full inbox look again, see the service dying. */
+	service_event(k);
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
 	drained = teardown(k, how);
 	/* Release: the final counters before the flag that publishes them. */
 	atomic_store_explicit(&k->final_valid, 1, memory_order_release);
-	/*
-	 * The header stays so that later calls can say -ESHUTDOWN; a list keeps
-	 * it reachable, so leak checkers see a deliberate, bounded keep.
-	 */
-	if (pthread_mutex_lock(&dead_lock))
-		kairos_die("pthread_mutex_lock");
-	k->dead_next = dead_list;
-	dead_list = k;
-	if (pthread_mutex_unlock(&dead_lock))
-		kairos_die("pthread_mutex_unlock");
+	svc_lock_take();
+	list_del(&live_list, k);
+	list_add(&dead_list, k);
+	svc_lock_drop();
+	/* A cancel_sync that saw the service die waits for this (kairos.c). */
+	service_event(k);
 	return drained > INT32_MAX ? INT32_MAX : (int)drained;
 }
 
@@ -277,6 +363,9 @@ static struct shard *pick_shard(struct kairos *k)
 
 	if (k->nshards == 1)
 		return k->shards[0];
+	/* A shard thread's inline callbacks arm on their own shard. */
+	if (tls_shard && tls_shard->k == k)
+		return tls_shard;
 	if (tls_pick_k != k) {
 		cpu = sched_getcpu();
 		tls_pick = (unsigned)(cpu < 0 ? 0 : cpu) % k->nshards;
@@ -299,8 +388,47 @@ static bool reserve(struct kairos *k)
 	return false;
 }
 
+/*
+ * How long one arm may wait for a shard that is SHARD_POST_LIMIT posts
+ * behind.  Bounded, so that no arm can wait forever (say, on a shard whose
+ * inline callback is blocked on a lock the arming thread holds): past it the
+ * arm goes ahead, and the backlog grows by at most one post per thread per
+ * wait.
+ */
+#define ARM_BACKOFF_NS	(10 * 1000000ull)
+
+/*
+ * Holds an arm back while shard @index of @k is far behind, outside any
+ * read-side section: it sleeps on the header's event count, which
+ * inbox_drain() bumps when it sees a waiter, and looks at the shard again
+ * only after entering anew.
+ */
+static void arm_backoff(struct kairos *k, unsigned index)
+{
+	uint64_t deadline = clock_now_ns(CLOCK_MONOTONIC) + ARM_BACKOFF_NS, now;
+
+	/* seq_cst pairs with inbox_drain()'s store of inbox_posts and load of ev_waiters. */
+	atomic_fetch_add_explicit(&k->ev_waiters, 1, memory_order_seq_cst);
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
+		bool behind;
+
+		if (enter(k))
+			break;
+		behind = atomic_load_explicit(&k->shards[index]->inbox_posts,
+					      memory_order_seq_cst) >= SHARD_POST_LIMIT;
+		leave();
+		now = clock_now_ns(CLOCK_MONOTONIC);
+		if (!behind || now >= deadline ||
+		    !futex_wait32_for(&k->ev_seq, seq, deadline - now))
+			break;
+	}
+	atomic_fetch_sub_explicit(&k->ev_waiters, 1, memory_order_relaxed);
+}
+
+/* Arms a timer for @deadline_ns; called inside the read-side section. */
 static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint64_t slack_ns,
-	       kairos_fn fn, void *arg, kairos_id *out)
+	       kairos_fn fn, void *arg, kairos_id *out, bool *behind)
 {
 	struct shard *s;
 	struct rec *r;
@@ -308,19 +436,14 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint6
 	uint64_t tick, st;
 	int rc;
 
-	rc = enter(k);
-	if (rc)
-		return rc;
-	if (!reserve(k)) {
-		rc = -EAGAIN;
-		goto out;
-	}
+	if (!reserve(k))
+		return -EAGAIN;
 	s = pick_shard(k);
 	rc = table_alloc(k, s, &r, &index);
 	if (rc) {
 		if (k->cfg.max_timers)
 			atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-		goto out;
+		return rc;
 	}
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	r->fn = fn;
@@ -338,8 +461,7 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint6
 			table_retire(k, s, r);
 			if (k->cfg.max_timers)
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-			rc = -ENOMEM;
-			goto out;
+			return -ENOMEM;
 		}
 		p->period_ns = period_ns;
 		p->next_ns = deadline_ns;
@@ -353,62 +475,71 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint6
 	atomic_fetch_add_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (out)
 		*out = id_make(st_gen(st), s->index, index);
-	shard_post(s, r, tick);
-out:
+	*behind = shard_post(s, r, tick);
+	return 0;
+}
+
+/* Which clock read, if any, a deadline comes from. */
+enum when { WHEN_AT, WHEN_AFTER };
+
+/*
+ * The one entry of every arm: checks in the documented order (a destroyed
+ * service says -ESHUTDOWN whatever else is wrong), arms, and only then, out
+ * of the read-side section, waits for a shard that is far behind.
+ */
+static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
+		     uint64_t slack_ns, kairos_fn fn, void *arg, kairos_id *out)
+{
+	uint64_t deadline = t_ns;
+	bool behind = false;
+	unsigned index = 0;
+	int rc;
+
+	if (!k)
+		return -EINVAL;
+	rc = enter(k);
+	if (rc)
+		return rc;
+	if (!fn) {
+		rc = -EINVAL;
+	} else if (when == WHEN_AFTER &&
+		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
+		rc = -EOVERFLOW;
+	} else {
+		rc = arm(k, deadline, period_ns, slack_ns, fn, arg, out, &behind);
+		if (!rc && behind)
+			index = pick_shard(k)->index;
+	}
 	leave();
+	if (behind)
+		arm_backoff(k, index);
 	return rc;
 }
 
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	if (!k || !fn)
-		return -EINVAL;
-	return arm(k, deadline_ns, 0, 0, fn, arg, out);
-}
-
-/* now + @delay_ns on @k's clock, or -EOVERFLOW. */
-static int deadline_after(struct kairos *k, uint64_t delay_ns, uint64_t *deadline)
-{
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, deadline))
-		return -EOVERFLOW;
-	return 0;
+	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	uint64_t deadline;
-
-	if (!k || !fn)
-		return -EINVAL;
-	if (deadline_after(k, delay_ns, &deadline))
-		return -EOVERFLOW;
-	return arm(k, deadline, 0, 0, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
 				   kairos_id *out)
 {
-	uint64_t deadline;
-
-	if (!k || !fn || !period_ns)
+	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	if (deadline_after(k, period_ns, &deadline))
-		return -EOVERFLOW;
-	return arm(k, deadline, period_ns, 0, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	uint64_t deadline;
-
-	if (!k || !fn)
-		return -EINVAL;
-	if (deadline_after(k, delay_ns, &deadline))
-		return -EOVERFLOW;
-	return arm(k, deadline, 0, slack_ns, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, fn, arg, out);
 }
 
 /* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
@@ -482,10 +613,28 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-	/* The shard unlinks it at its next pass, or after a batch of posts. */
+	/*
+	 * The shard unlinks it at its next pass, or after a batch of posts.  A
+	 * cancel never waits for a shard that is behind: it adds no record.
+	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		shard_post(s, r, UINT64_MAX);
+		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
+}
+
+/* Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
+static int enter_id(struct kairos *k, kairos_id id)
+{
+	int rc;
+
+	if (!k)
+		return -EINVAL;
+	rc = enter(k);
+	if (!rc && !id) {
+		leave();
+		rc = -EINVAL;
+	}
+	return rc;
 }
 
 KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
@@ -493,9 +642,7 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	uint64_t seen;
 	int rc;
 
-	if (!k || !id)
-		return -EINVAL;
-	rc = enter(k);
+	rc = enter_id(k, id);
 	if (rc)
 		return rc;
 	rc = cancel(k, id, &seen);
@@ -503,55 +650,85 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	return rc;
 }
 
-KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
+/*
+ * Inside the read-side section: whether @id's callback is still running, with
+ * ST_WAITERS set so that its end bumps the event count.  *@seen is the
+ * state word last read.
+ */
+static bool still_running(struct kairos *k, kairos_id id, uint64_t *seen)
 {
 	struct shard *s;
+	struct rec *r = lookup(k, id, &s, seen);
+
+	while (r && st_gen(*seen) == id_gen(id) && st_of(*seen) == ST_RUNNING) {
+		if (*seen & ST_WAITERS)
+			return true;
+		if (atomic_compare_exchange_weak_explicit(&r->state, seen, *seen | ST_WAITERS,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return true;
+	}
+	return false;
+}
+
+/* Sleeps until kairos_destroy() of @k has returned (its callbacks too). */
+static void wait_destroyed(struct kairos *k)
+{
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
+
+		if (atomic_load_explicit(&k->final_valid, memory_order_seq_cst))
+			return;
+		futex_wait32(&k->ev_seq, seq);
+	}
+}
+
+/*
+ * cancel_sync waits outside the read-side section: it reads the event count,
+ * sets ST_WAITERS on the record (so the run's end bumps the count), leaves
+ * the section, sleeps until the count moves, and looks the id up anew.  The
+ * record may be reused meanwhile; the generation in the id tells.
+ */
+KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
+{
 	uint64_t seen;
-	struct rec *r;
 	int rc;
 
-	if (!k || !id)
-		return -EINVAL;
-	rc = enter(k);
+	rc = enter_id(k, id);
 	if (rc)
 		return rc;
 	rc = cancel(k, id, &seen);
-	if (rc != -EBUSY)
-		goto out;
-	if (tls_timer == id) {
-		/* Its own callback: waiting would never end. Later runs are stopped. */
-		rc = -EDEADLK;
-		goto out;
+	if (rc != -EBUSY || tls_timer == id) {
+		/* From its own callback waiting would never end; later runs are stopped. */
+		leave();
+		return rc == -EBUSY ? -EDEADLK : rc;
 	}
-	r = table_lookup(k, id, &s);
-	/* Sleep while this generation is still RUNNING. */
 	for (;;) {
-		uint64_t want = seen | ST_WAITERS;
+		/* seq_cst: read before ST_WAITERS is set, so no bump is missed. */
+		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
 
-		if (st_gen(seen) != id_gen(id) || st_of(seen) != ST_RUNNING)
+		if (!still_running(k, id, &seen))
 			break;
-		if (!(seen & ST_WAITERS) &&
-		    !atomic_compare_exchange_weak_explicit(&r->state, &seen, want,
-							   memory_order_acq_rel,
-							   memory_order_acquire))
-			continue;
-		state_wait(&r->state, want);
-		seen = atomic_load_explicit(&r->state, memory_order_acquire);
+		leave();
+		futex_wait32(&k->ev_seq, seq);
+		if (enter(k)) {
+			/* Destroy has begun: it returns once no callback runs. */
+			wait_destroyed(k);
+			return -EBUSY;
+		}
 	}
 	/*
 	 * A periodic timer that went back to PENDING before the STOP bit landed
 	 * is cancelled now, so it does not start again.
 	 */
-	if (st_gen(seen) == id_gen(id) && st_of(seen) != ST_RUNNING) {
+	if (st_gen(seen) == id_gen(id)) {
 		uint64_t ignored;
 
 		if (cancel(k, id, &ignored) == -EBUSY)
 			kairos_die("callback restarted under cancel_sync");
 	}
-	rc = -EBUSY;
-out:
 	leave();
-	return rc;
+	return -EBUSY;
 }
 
 /* Moves timer @id's deadline to the absolute @deadline_ns. */
@@ -563,33 +740,23 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	struct shard *s;
 	struct rec *r;
 	bool periodic, earlier;
-	int rc;
 
-	rc = enter(k);
-	if (rc)
-		return rc;
 	r = lookup(k, id, &s, &old);
-	if (!r) {
-		rc = -ENOENT;
-		goto out;
-	}
+	if (!r)
+		return -ENOENT;
 	periodic = old & ST_PERIODIC;
 	/* Take the record: PENDING -> RESETTING, so no one fires it meanwhile. */
 	for (;;) {
-		if (st_gen(old) != id_gen(id)) {
-			rc = -ENOENT;
-			goto out;
-		}
+		if (st_gen(old) != id_gen(id))
+			return -ENOENT;
 		if (st_of(old) == ST_RESETTING) {
 			cpu_relax_n(&spins);
 			old = atomic_load_explicit(&r->state, memory_order_acquire);
 			continue;
 		}
-		if (st_of(old) != ST_PENDING) {
-			rc = periodic && (st_of(old) == ST_FIRING || st_of(old) == ST_RUNNING)
+		if (st_of(old) != ST_PENDING)
+			return periodic && (st_of(old) == ST_FIRING || st_of(old) == ST_RUNNING)
 				? -EBUSY : -ENOENT;
-			goto out;
-		}
 		held = st_with(old, ST_RESETTING);
 		if (atomic_compare_exchange_weak_explicit(&r->state, &old, held,
 							  memory_order_acquire,
@@ -618,40 +785,50 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 							  memory_order_relaxed))
 			break;
 	}
+	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(held & ST_QUEUED))
-		shard_post(s, r, tick);
+		(void)shard_post(s, r, tick);
 	else if (earlier && tick < atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst))
 		shard_wake(s);
-	rc = 0;
-out:
-	leave();
-	return rc;
+	return 0;
 }
 
 KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns)
 {
 	uint64_t deadline_ns;
+	int rc;
 
-	if (!k || !id)
-		return -EINVAL;
-	if (deadline_after(k, delay_ns, &deadline_ns))
-		return -EOVERFLOW;
-	return reset(k, id, deadline_ns);
+	rc = enter_id(k, id);
+	if (rc)
+		return rc;
+	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+		rc = -EOVERFLOW;
+	else
+		rc = reset(k, id, deadline_ns);
+	leave();
+	return rc;
 }
 
 KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
-	if (!k || !id)
-		return -EINVAL;
-	return reset(k, id, deadline_ns);
+	int rc;
+
+	rc = enter_id(k, id);
+	if (rc)
+		return rc;
+	rc = reset(k, id, deadline_ns);
+	leave();
+	return rc;
 }
 
 KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 {
-	if (!k || !now_ns)
+	if (!k)
 		return -EINVAL;
 	if (atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -ESHUTDOWN;
+	if (!now_ns)
+		return -EINVAL;
 	*now_ns = clock_now_ns(k->cfg.clock);
 	return 0;
 }
@@ -700,15 +877,21 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 {
 	int rc;
 
-	if (!k || !out)
+	if (!k)
 		return -EINVAL;
 	rc = enter(k);
 	if (rc) {
 		/* After kairos_destroy() returned: its final counters. */
 		if (!atomic_load_explicit(&k->final_valid, memory_order_acquire))
 			return rc;
+		if (!out)
+			return -EINVAL;
 		*out = k->final;
 		return 0;
+	}
+	if (!out) {
+		leave();
+		return -EINVAL;
 	}
 	stats_collect(k, out);
 	leave();
@@ -718,6 +901,7 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 KAIROS_EXPORT int kairos_backend_info(struct kairos *k, unsigned shard, const char **name,
 				      const char **why)
 {
+	const struct backend_report *rep;
 	int rc;
 
 	if (!k)
@@ -729,10 +913,12 @@ KAIROS_EXPORT int kairos_backend_info(struct kairos *k, unsigned shard, const ch
 		leave();
 		return -EINVAL;
 	}
+	/* Acquire pairs with backend.c's release of the report. */
+	rep = atomic_load_explicit(&k->shards[shard]->rep, memory_order_acquire);
 	if (name)
-		*name = k->shards[shard]->ops->name;
+		*name = rep->name;
 	if (why)
-		*why = k->shards[shard]->backend_why;
+		*why = rep->why;
 	leave();
 	return 0;
 }

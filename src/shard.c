@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "internal.h"
 
 static struct rec *rec_of(struct wheel_timer *t)
@@ -36,39 +37,25 @@ static struct rec *rec_of(struct wheel_timer *t)
 
 /* Posts that wake a sleeping shard even when no deadline moved earlier. */
 #define SHARD_POST_BATCH	1024
-/*
- * Posts a shard may be behind before posters wait for it: 64 Ki records,
- * 4 MiB.  Without a bound, threads that outnumber the cores can post faster
- * than a shard thread gets CPU to drain, and every record they arm and
- * cancel stays out of the pool: memory grows until arms fail.
- */
-#define SHARD_POST_LIMIT	65536
-
-/*
- * Holds a poster back until its shard has taken the inbox.  Called inside
- * the poster's RCU read-side section, which only delays reclamation: the
- * shard keeps draining until destroy has waited for this call.
- */
-static void post_backoff(struct shard *s)
-{
-	uint32_t seq;
-
-	shard_wake(s);
-	/* seq_cst pairs with the shard's bump of drain_seq and load of waiters. */
-	atomic_fetch_add_explicit(&s->drain_waiters, 1, memory_order_seq_cst);
-	seq = atomic_load_explicit(&s->drain_seq, memory_order_seq_cst);
-	while (atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) >= SHARD_POST_LIMIT &&
-	       atomic_load_explicit(&s->drain_seq, memory_order_acquire) == seq)
-		futex_wait32(&s->drain_seq, seq);
-	atomic_fetch_sub_explicit(&s->drain_waiters, 1, memory_order_relaxed);
-}
 
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
 	return id_make(st_gen(state), s->index, table_index(s, r));
 }
 
-void shard_post(struct shard *s, struct rec *r, uint64_t tick)
+/*
+ * shard_post - puts @r on @s's inbox and wakes @s if @tick is earlier than
+ * the tick it sleeps until.  Call with rcu_read_lock held.
+ *
+ * Return: true when @s is SHARD_POST_LIMIT posts behind and the caller is not
+ * a shard thread.  Without a bound, threads that outnumber the cores can post
+ * faster than a shard thread gets CPU to drain, and every record they arm
+ * and cancel stays out of the pool: memory grows until arms fail.  An arm
+ * that hears true waits a little, outside its read-side section (see
+ * kairos.c); nothing else waits, and a shard thread never does: two shards
+ * whose inline callbacks post to each other would wait for each other.
+ */
+bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 {
 	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	uint64_t n, sleep;
@@ -98,15 +85,12 @@ void shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	 */
 	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + 1;
 	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
-	/* The shard itself (inline callbacks) must never wait for itself. */
-	if (n >= SHARD_POST_LIMIT && tls_shard != s) {
-		post_backoff(s);
-		return;
-	}
-	if (n < SHARD_POST_BATCH || sleep == 0)
-		return;
+	if (n >= SHARD_POST_BATCH && sleep != 0)
+		shard_wake(s);
+	return n >= SHARD_POST_LIMIT && !tls_shard;
 wake:
 	shard_wake(s);
+	return false;
 }
 
 void shard_wake(struct shard *s)
@@ -127,7 +111,7 @@ void shard_wake(struct shard *s)
 void shard_end(struct shard *s, struct rec *r, uint64_t old)
 {
 	if (old & ST_WAITERS)
-		state_wake(&r->state);
+		service_event(s->k);
 	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (s->k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&s->k->total_pending, 1, memory_order_relaxed);
@@ -181,10 +165,14 @@ static void inbox_drain(struct shard *s)
 		return;
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
-	atomic_store_explicit(&s->inbox_posts, 0, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->drain_seq, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&s->drain_waiters, memory_order_seq_cst))
-		futex_wake32(&s->drain_seq, INT_MAX);
+	/*
+	 * seq_cst on this store and the load after it pairs with a held-back
+	 * arm's increment of ev_waiters and its load of inbox_posts: either it
+	 * sees the count fall, or this thread sees it waiting and wakes it.
+	 */
+	atomic_store_explicit(&s->inbox_posts, 0, memory_order_seq_cst);
+	if (atomic_load_explicit(&s->k->ev_waiters, memory_order_seq_cst))
+		service_event(s->k);
 	/* The stack is newest first; reverse it so equal deadlines keep post order. */
 	while (list) {
 		struct rec *next = __atomic_load_n(&list->inbox_next, __ATOMIC_RELAXED);
@@ -202,30 +190,42 @@ static void inbox_drain(struct shard *s)
 	}
 }
 
-/* Queues one expired record for delivery (or runs it, inline). */
-static void deliver(struct shard *s, struct rec *r, uint64_t state, uint64_t deadline_ns, int status)
+/* Queues one expired record for the workers (or runs it, inline). */
+static void deliver(struct shard *s, struct rec *r)
 {
-	struct delivery d = {
-		.r = r,
-		.id = shard_rec_id(s, r, state),
-		.deadline_ns = deadline_ns,
-		.status = status,
-	};
-
 	if (s->k->cfg.delivery == KAIROS_DELIVER_INLINE) {
-		worker_deliver(s->k, s, &d);
+		worker_deliver(s->k, s, r);
 		return;
 	}
-	if (s->dlen == s->dcap) {
-		size_t cap = s->dcap ? s->dcap * 2 : 256;
-		struct delivery *b = realloc(s->dbatch, cap * sizeof(*b));
+	r->wt.link.next = NULL;
+	if (s->dlast)
+		s->dlast->wt.link.next = &r->wt.link;
+	else
+		s->dfirst = r;
+	s->dlast = r;
+	s->dlen++;
+}
 
-		if (!b)
-			kairos_die("out of memory for a delivery batch");
-		s->dbatch = b;
-		s->dcap = cap;
-	}
-	s->dbatch[s->dlen++] = d;
+/*
+ * A periodic record just moved to FIRING: records the run it delivers (the
+ * periods it covers, when the shard fell behind) and the deadline of the
+ * next.  Only the shard thread writes these while the record is not RUNNING.
+ * The next deadline saturates: a period that would carry it past 2^64 ns
+ * leaves a run that never comes, never one that wrapped into the past.
+ */
+static void period_step(struct shard *s, struct rec *r)
+{
+	struct rec_period *p = table_period(s, table_index(s, r));
+	uint64_t late = s->now_ns > p->next_ns ? s->now_ns - p->next_ns : 0;
+	uint64_t covered = late / p->period_ns + 1, step;
+
+	if (covered > INT32_MAX)
+		covered = INT32_MAX;
+	p->fire_ns = p->next_ns;
+	p->fire_status = (int)covered;
+	if (__builtin_mul_overflow(covered, p->period_ns, &step) ||
+	    __builtin_add_overflow(p->next_ns, step, &p->next_ns))
+		p->next_ns = UINT64_MAX;
 }
 
 /*
@@ -234,13 +234,11 @@ static void deliver(struct shard *s, struct rec *r, uint64_t state, uint64_t dea
  */
 static void expire_one(struct shard *s, struct rec *r)
 {
-	uint64_t tick_ns = s->k->cfg.tick_ns;
 	/* Acquire pairs with a resetter's release of the new deadline. */
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 
 	for (;;) {
-		uint64_t deadline, deadline_ns;
-		int status = 1;
+		uint64_t deadline;
 
 		if ((old & ST_QUEUED) || st_of(old) == ST_RESETTING) {
 			/*
@@ -260,32 +258,15 @@ static void expire_one(struct shard *s, struct rec *r)
 			wheel_insert(&s->wheel, &r->wt);
 			return;
 		}
-		deadline_ns = clock_tick_ns(deadline, tick_ns);
-		if (old & ST_PERIODIC) {
-			struct rec_period *p = table_period(s, table_index(s, r));
-			uint64_t late = s->now_ns - p->next_ns;
-
-			/* Only this thread and the running worker touch next_ns. */
-			if (s->now_ns < p->next_ns)
-				late = 0;
-			status = (int)(late / p->period_ns + 1 > INT32_MAX ? INT32_MAX
-								      : late / p->period_ns + 1);
-			deadline_ns = p->next_ns;
-			p->next_ns += (uint64_t)status * p->period_ns;
-		}
 		/* The version in @old makes this fail after any reset or cancel. */
 		if (atomic_compare_exchange_strong_explicit(&r->state, &old,
 							    st_with(old, ST_FIRING),
 							    memory_order_acq_rel,
 							    memory_order_acquire)) {
-			deliver(s, r, old, deadline_ns, status);
+			if (old & ST_PERIODIC)
+				period_step(s, r);
+			deliver(s, r);
 			return;
-		}
-		if (old & ST_PERIODIC) {
-			/* Undo the period step; the next attempt redoes it. */
-			struct rec_period *p = table_period(s, table_index(s, r));
-
-			p->next_ns = deadline_ns;
 		}
 		if (st_of(old) == ST_CANCELLED && !(old & ST_QUEUED))
 			kairos_die("cancelled record not posted");
@@ -306,7 +287,8 @@ static void expire(struct shard *s)
 		wheel_insert(&s->wheel, &r->wt);
 	}
 	if (s->dlen) {
-		dqueue_push(&s->dq, s->dbatch, s->dlen);
+		dqueue_push(&s->dq, s->dfirst, s->dlast, s->dlen);
+		s->dfirst = s->dlast = NULL;
 		s->dlen = 0;
 	}
 }
@@ -322,12 +304,62 @@ static void arm_timer(struct shard *s, uint64_t tick)
 	ns = clock_tick_ns(tick, s->k->cfg.tick_ns);
 	if (ns == 0)
 		ns = 1;		/* 0 would disarm it */
+	if (ns > INT64_MAX)
+		ns = INT64_MAX;	/* the kernel's limit; 292 years is never */
 	its.it_value.tv_sec = (time_t)(ns / 1000000000u);
 	its.it_value.tv_nsec = (long)(ns % 1000000000u);
 	if (timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &its, NULL))
 		kairos_die("timerfd_settime");
 	s->timer_tick = tick;
 	atomic_fetch_add_explicit(&s->stats.timer_sets, 1, memory_order_relaxed);
+}
+
+/*
+ * Debug builds (where the tests run) check the wheel's invariants after
+ * every pass.  The check walks every record, so above SHARD_CHECK_ALL
+ * records it runs on every SHARD_CHECK_EVERY-th pass only: a 1e6-timer test
+ * would otherwise spend its time in the checker, not in the code it checks.
+ */
+#define SHARD_CHECK_ALL		65536
+#define SHARD_CHECK_EVERY	64
+
+#ifndef NDEBUG
+/*
+ * A resetter may have stored an earlier deadline that is still on its way
+ * here (the record is RESETTING, or QUEUED until inbox_one() relinks it):
+ * such a record is skipped.  The state word is read on both sides of the
+ * deadline, as a sequence lock's reader does; every reset bumps its version.
+ */
+static bool settled_fire(const struct wheel_timer *t, void *ctx, uint64_t *fire)
+{
+	struct rec *r = rec_of((struct wheel_timer *)t);
+	uint64_t before = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	(void)ctx;
+	if ((before & ST_QUEUED) || st_of(before) == ST_RESETTING)
+		return false;
+	*fire = wheel_fire_tick(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED), r->wt.slack);
+	atomic_thread_fence(memory_order_acquire);
+	return atomic_load_explicit(&r->state, memory_order_relaxed) == before;
+}
+#endif
+
+static void check_wheel(struct shard *s)
+{
+#ifndef NDEBUG
+	static const struct wheel_check_ops ops = { .fire = settled_fire };
+	const char *why;
+
+	if (wheel_count(&s->wheel) > SHARD_CHECK_ALL && ++s->checks < SHARD_CHECK_EVERY)
+		return;
+	s->checks = 0;
+	if (wheel_check_with(&s->wheel, &ops, &why)) {
+		fprintf(stderr, "kairos: shard %u: %s\n", s->index, why);
+		kairos_die("wheel invariant broken");
+	}
+#else
+	(void)s;
+#endif
 }
 
 /* One pass: inbox, clock, wheel, delivery, timer. Returns the next visit. */
@@ -337,6 +369,7 @@ static uint64_t pass(struct shard *s)
 	s->now_ns = clock_now_ns(s->k->cfg.clock);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
 	expire(s);
+	check_wheel(s);
 	return wheel_next(&s->wheel);
 }
 
@@ -348,17 +381,8 @@ static void *shard_main(void *arg)
 
 	tls_service = k;
 	tls_shard = s;
-	s->init_rc = s->ops->init(s);
-	if (s->init_rc && s->ops == &backend_uring_ops && s->want == KAIROS_BACKEND_AUTO &&
-	    (s->init_rc == -ENOSYS || s->init_rc == -EPERM || s->init_rc == -EACCES)) {
-		/* io_uring refused (seccomp, io_uring_disabled, old kernel): fall back. */
-		snprintf(s->why_buf, sizeof(s->why_buf),
-			 "io_uring refused by the kernel (%s); using epoll + timerfd",
-			 strerror(-s->init_rc));
-		s->backend_why = s->why_buf;
-		s->ops = &backend_epoll_ops;
-		s->init_rc = s->ops->init(s);
-	}
+	/* The ring is made here: IORING_SETUP_SINGLE_ISSUER wants its one submitter. */
+	s->init_rc = backend_start(s);
 	/* Tells kairos_create the outcome (it waits on init_done). */
 	atomic_store_explicit(&s->init_done, 1, memory_order_release);
 	futex_wake32(&s->init_done, 1);
@@ -385,8 +409,13 @@ static void *shard_main(void *arg)
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
 			break;
 		ev = s->ops->wait(s);
-		if (ev < 0)
-			kairos_die("backend wait failed");
+		if (ev < 0) {
+			/* The ring stopped working: move to epoll, then look again. */
+			backend_fallback(s, ev);
+			atomic_store_explicit(&s->wake_pending, 0, memory_order_release);
+			s->timer_tick = UINT64_MAX;	/* re-arm whatever is next */
+			continue;
+		}
 		atomic_fetch_add_explicit(&s->stats.wakeups, 1, memory_order_relaxed);
 		if (ev & BK_TIMER)
 			s->timer_tick = UINT64_MAX;	/* a one-shot timerfd disarms itself */
@@ -398,72 +427,90 @@ static void *shard_main(void *arg)
 	return NULL;
 }
 
-int shard_start(struct kairos *k, struct shard *s)
+/*
+ * shard_new - makes shard @index of @k with its timerfd and wake eventfd, no
+ * thread yet.  On failure nothing it made is left.
+ */
+int shard_new(struct kairos *k, unsigned index, struct shard **out)
 {
-	const char *env = getenv("KAIROS_BACKEND");
-	enum kairos_backend want = k->cfg.backend;
+	size_t size = (sizeof(struct shard) + CACHELINE - 1) & ~(size_t)(CACHELINE - 1);
+	struct shard *s = fault_hit() ? NULL : aligned_alloc(CACHELINE, size);
 	int rc;
 
-	s->tfd = timerfd_create(k->cfg.clock, TFD_CLOEXEC);
-	if (s->tfd < 0)
-		return -errno;
-	s->efd = eventfd(0, EFD_CLOEXEC);
-	if (s->efd < 0)
-		return -errno;
+	if (!s)
+		return -ENOMEM;
+	memset(s, 0, sizeof(*s));
+	s->k = k;
+	s->index = index;
+	s->epfd = -1;
 	s->timer_tick = UINT64_MAX;
-	atomic_init(&s->sleep_tick, 0);
+	if (pthread_mutex_init(&s->grow_lock, NULL) || pthread_mutex_init(&s->dq.lock, NULL) ||
+	    pthread_cond_init(&s->dq.cond, NULL))
+		kairos_die("pthread init");	/* cannot fail with default attributes */
+	rc = fault_hit() ? -EMFILE : 0;
+	s->tfd = rc ? -1 : timerfd_create(k->cfg.clock, TFD_CLOEXEC);
+	if (s->tfd < 0) {
+		rc = rc ? rc : -errno;
+		goto fail;
+	}
+	rc = fault_hit() ? -EMFILE : 0;
+	s->efd = rc ? -1 : eventfd(0, EFD_CLOEXEC);
+	if (s->efd < 0) {
+		rc = rc ? rc : -errno;
+		close(s->tfd);
+		goto fail;
+	}
 	wheel_init(&s->wheel, clock_tick_floor(clock_now_ns(k->cfg.clock), k->cfg.tick_ns));
-	if (want == KAIROS_BACKEND_AUTO && env && *env) {
-		if (!strcmp(env, "epoll")) {
-			want = KAIROS_BACKEND_EPOLL;
-			s->backend_why = "epoll + timerfd forced by KAIROS_BACKEND=epoll";
-		} else if (!strcmp(env, "uring")) {
-			want = KAIROS_BACKEND_URING;
-			s->backend_why = "io_uring forced by KAIROS_BACKEND=uring";
-		} else if (strcmp(env, "auto")) {
-			return -EINVAL;	/* a typo must not pass for a choice */
-		}
-	}
-	if (want == KAIROS_BACKEND_EPOLL) {
-		s->ops = &backend_epoll_ops;
-		if (!s->backend_why)
-			s->backend_why = "epoll + timerfd forced by the configuration";
-	} else {
-		s->ops = &backend_uring_ops;
-		if (!s->backend_why)
-			s->backend_why = want == KAIROS_BACKEND_URING
-				? "io_uring forced by the configuration"
-				: "io_uring available (probed at create)";
-	}
-	s->want = want;
-	rc = -pthread_create(&s->thread, NULL, shard_main, s);
+	*out = s;
+	return 0;
+fail:
+	pthread_mutex_destroy(&s->grow_lock);
+	pthread_mutex_destroy(&s->dq.lock);
+	pthread_cond_destroy(&s->dq.cond);
+	free(s);
+	return rc;
+}
+
+/* shard_free - frees a shard made by shard_new() whose thread has stopped. */
+void shard_free(struct shard *s)
+{
+	close(s->tfd);
+	close(s->efd);
+	table_free(s);
+	pthread_mutex_destroy(&s->grow_lock);
+	pthread_mutex_destroy(&s->dq.lock);
+	pthread_cond_destroy(&s->dq.cond);
+	free(s);
+}
+
+/*
+ * shard_start - starts @s's thread and waits until it has set up its
+ * backend.  On failure the thread has been joined and its backend undone.
+ */
+int shard_start(struct shard *s)
+{
+	int rc;
+
+	rc = fault_hit() ? -EAGAIN : -pthread_create(&s->thread, NULL, shard_main, s);
 	if (rc)
 		return rc;
-	/* Wait for the thread to set up its backend. */
 	while (!atomic_load_explicit(&s->init_done, memory_order_acquire))
 		futex_wait32(&s->init_done, 0);
 	if (s->init_rc) {
 		if (pthread_join(s->thread, NULL))
 			kairos_die("pthread_join");
-		s->thread_joined = true;
 		return s->init_rc;
 	}
 	return 0;
 }
 
+/* shard_stop - stops and joins a started shard's thread, and undoes its backend. */
 void shard_stop(struct shard *s)
 {
-	uint64_t one = 1;
-
-	if (s->thread_joined)
-		return;
 	atomic_store_explicit(&s->stop, 1, memory_order_release);
-	atomic_store_explicit(&s->wake_pending, 1, memory_order_relaxed);
-	if (write(s->efd, &one, sizeof(one)) != sizeof(one))
-		kairos_die("eventfd write");
+	shard_wake(s);
 	if (pthread_join(s->thread, NULL))
 		kairos_die("pthread_join");
-	s->thread_joined = true;
 	s->ops->fini(s);
 }
 
@@ -497,11 +544,14 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	struct wheel_timer *t;
 
 	/* Queued deliveries first: they expired earliest. */
-	for (size_t i = 0; i < s->dq.len; i++) {
-		struct delivery *d = &s->dq.buf[(s->dq.head + i) % s->dq.cap];
+	while (s->dq.head) {
+		struct rec *r = s->dq.head;
 
-		drain_one(k, s, d->r, how, count);
+		s->dq.head = r->wt.link.next ? rec_of((struct wheel_timer *)(void *)r->wt.link.next)
+					     : NULL;
+		drain_one(k, s, r, how, count);
 	}
+	s->dq.tail = NULL;
 	s->dq.len = 0;
 	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))

@@ -20,13 +20,12 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "internal.h"
 
 static struct rec *link_get(struct rec *r)
@@ -73,7 +72,7 @@ static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct re
 static struct rec_chunk *chunk_map(void)
 {
 	size_t len = 2 * CHUNK_BYTES;
-	uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *p = fault_hit() ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uintptr_t start;
 	size_t head;
 
@@ -196,7 +195,7 @@ struct rec_period *table_period(struct shard *s, uint32_t index)
 			kairos_die("pthread_mutex_lock");
 		p = atomic_load_explicit(&c->h.head.period, memory_order_relaxed);
 		if (!p) {
-			p = calloc(CHUNK_RECS, sizeof(*p));
+			p = fault_calloc(CHUNK_RECS, sizeof(*p));
 			if (p)
 				atomic_store_explicit(&c->h.head.period, p, memory_order_release);
 		}
@@ -278,6 +277,8 @@ static void *reclaimer_main(void *arg)
 
 int table_reclaimer_start(struct kairos *k)
 {
+	if (fault_hit())
+		return -EAGAIN;
 	return -pthread_create(&k->reclaimer, NULL, reclaimer_main, k);
 }
 
@@ -300,26 +301,4 @@ void table_free(struct shard *s)
 		munmap(c, CHUNK_BYTES);
 	}
 	atomic_store_explicit(&s->nchunks, 0, memory_order_relaxed);
-}
-
-void futex_wait32(_Atomic uint32_t *word, uint32_t seen)
-{
-	/* EAGAIN (changed already) and EINTR both mean: look again. */
-	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-}
-
-void futex_wake32(_Atomic uint32_t *word, int n)
-{
-	syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
-}
-
-/* The futex word of a state word is its low half (x86-64 is little-endian). */
-void state_wait(_Atomic uint64_t *state, uint64_t seen)
-{
-	futex_wait32((_Atomic uint32_t *)(void *)state, (uint32_t)seen);
-}
-
-void state_wake(_Atomic uint64_t *state)
-{
-	futex_wake32((_Atomic uint32_t *)(void *)state, INT_MAX);
 }

@@ -46,8 +46,12 @@
  * -------------------
  * Moving a deadline later is a store when the record's current slot is
  * visited no later than the new fire tick: the slot's visit re-files it.
- * WHEEL_F_MOVED marks such a record so the invariant checker knows its slot
- * is stale.  Moving earlier (or any move of a due record) relinks.
+ * This is part of the wheel's contract, not a special case: the invariant
+ * is that every record sits where it is visited no later than its fire tick,
+ * and a later deadline keeps that true.  The store may even come from
+ * another thread (the service's resetters) between two wheel calls, which
+ * is why the deadline word is accessed with relaxed atomics.  Moving earlier
+ * (or any move of a due record) relinks.
  *
  * Levels at the default 1 ms tick
  * -------------------------------
@@ -209,7 +213,6 @@ static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
 {
 	unsigned g, s;
 
-	t->flags &= (uint16_t)~WHEEL_F_MOVED;
 	if (fire <= w->curr) {
 		t->where = WHEEL_DUE;
 		link_append(&w->due, &t->link);
@@ -282,7 +285,6 @@ int wheel_del(struct wheel *w, struct wheel_timer *t)
 		return -ENOENT;
 	unfile(w, t);
 	t->where = WHEEL_NONE;
-	t->flags &= (uint16_t)~WHEEL_F_MOVED;
 	w->count--;
 	return 0;
 }
@@ -325,11 +327,8 @@ int wheel_update(struct wheel *w, struct wheel_timer *t, uint64_t deadline)
 	 */
 	later = deadline >= deadline_of(t) && t->where != WHEEL_DUE;
 	deadline_set(t, deadline);
-	if (later) {
-		/* The slot's visit comes first and re-files it: a store. */
-		t->flags |= WHEEL_F_MOVED;
-		return 0;
-	}
+	if (later)
+		return 0;	/* the slot's visit comes first and re-files it */
 	relink(w, t);
 	return 0;
 }
@@ -340,11 +339,8 @@ int wheel_refresh(struct wheel *w, struct wheel_timer *t)
 		return -EINVAL;
 	if (t->where == WHEEL_NONE)
 		return -ENOENT;
-	if (visit_in_time(w, t)) {
-		t->flags |= WHEEL_F_MOVED;
-		return 0;
-	}
-	relink(w, t);
+	if (!visit_in_time(w, t))
+		relink(w, t);
 	return 0;
 }
 
@@ -433,7 +429,6 @@ static void flush_list(struct wheel *w, struct wheel_link *head)
 
 		link_unlink(&t->link);
 		t->where = WHEEL_DUE;
-		t->flags &= (uint16_t)~WHEEL_F_MOVED;
 		link_append(&w->due, &t->link);
 		w->ndue++;
 	}
@@ -494,7 +489,18 @@ static const char *check_list(const struct wheel_link *head, unsigned where, uin
 	return NULL;
 }
 
-static const char *check_slot(const struct wheel *w, unsigned g, unsigned s, uint64_t *n)
+/* The fire tick to check @t against, or false when its owner says it is in flight. */
+static bool check_fire(const struct wheel_check_ops *ops, const struct wheel_timer *t,
+		       uint64_t *fire)
+{
+	if (ops)
+		return ops->fire(t, ops->ctx, fire);
+	*fire = timer_fire(t);
+	return true;
+}
+
+static const char *check_slot(const struct wheel *w, const struct wheel_check_ops *ops,
+			      unsigned g, unsigned s, uint64_t *n)
 {
 	const struct wheel_link *head = &w->slot[g][s];
 	bool bit = (w->occupied[g] >> s) & 1;
@@ -511,28 +517,28 @@ static const char *check_slot(const struct wheel *w, unsigned g, unsigned s, uin
 	if (s <= ((w->curr >> (WHEEL_BITS * g)) & WHEEL_MASK))
 		return "non-empty slot at or behind its level's current position";
 	for (const struct wheel_link *l = head->next; l != head; l = l->next) {
-		const struct wheel_timer *t = link_timer((struct wheel_link *)l);
-		uint64_t fire = timer_fire(t);
+		uint64_t fire;
 
-		if (fire < visit)
+		/* Pushed later in place, a record may sit in a slot visited earlier. */
+		if (check_fire(ops, link_timer((struct wheel_link *)l), &fire) && fire < visit)
 			return "record's fire tick comes before its slot is visited";
-		if (t->flags & WHEEL_F_MOVED)
-			continue;
-		if (diff_level(fire, w->curr) != g ||
-		    ((fire >> (WHEEL_BITS * g)) & WHEEL_MASK) != s)
-			return "record not in the slot its fire tick belongs to";
 	}
 	return NULL;
 }
 
 int wheel_check(const struct wheel *w, const char **why)
 {
+	return wheel_check_with(w, NULL, why);
+}
+
+int wheel_check_with(const struct wheel *w, const struct wheel_check_ops *ops, const char **why)
+{
 	const char *bad = NULL;
-	uint64_t n, total = 0;
+	uint64_t n, total = 0, fire;
 
 	for (unsigned g = 0; g < WHEEL_LEVELS && !bad; g++) {
 		for (unsigned s = 0; s < WHEEL_SLOTS && !bad; s++) {
-			bad = check_slot(w, g, s, &n);
+			bad = check_slot(w, ops, g, s, &n);
 			total += n;
 		}
 	}
@@ -541,9 +547,8 @@ int wheel_check(const struct wheel *w, const char **why)
 	if (!bad) {
 		total += n;
 		for (const struct wheel_link *l = w->overflow.next; l != &w->overflow; l = l->next) {
-			const struct wheel_timer *t = link_timer((struct wheel_link *)l);
-			uint64_t fire = timer_fire(t);
-
+			if (!check_fire(ops, link_timer((struct wheel_link *)l), &fire))
+				continue;
 			if (fire < w->overflow_visit || w->overflow_visit <= w->curr) {
 				bad = "overflow record fires before the overflow list is visited";
 				break;
@@ -559,7 +564,8 @@ int wheel_check(const struct wheel *w, const char **why)
 	}
 	if (!bad) {
 		for (const struct wheel_link *l = w->due.next; l != &w->due; l = l->next) {
-			if (timer_fire(link_timer((struct wheel_link *)l)) > w->curr) {
+			if (check_fire(ops, link_timer((struct wheel_link *)l), &fire) &&
+			    fire > w->curr) {
 				bad = "due record whose fire tick is still ahead";
 				break;
 			}

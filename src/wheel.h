@@ -35,10 +35,6 @@
 #define WHEEL_OVERFLOW	(1u + WHEEL_LEVELS * WHEEL_SLOTS)	/* beyond the top level */
 #define WHEEL_DUE	(WHEEL_OVERFLOW + 1u)		/* expired, not yet popped */
 
-/* wheel_timer.flags bits owned by the wheel; the others are free for the user. */
-#define WHEEL_F_MOVED	0x0001u	/* deadline pushed later in place; slot is stale */
-#define WHEEL_F_MASK	0x00ffu	/* bits the wheel may change */
-
 struct wheel_link {
 	struct wheel_link *next;
 	struct wheel_link *prev;
@@ -54,7 +50,7 @@ struct wheel_timer {
 				 * relaxed atomics (see wheel_refresh()) */
 	uint32_t slack;		/* it may fire as late as deadline + slack */
 	uint16_t where;		/* WHEEL_NONE, a slot number, WHEEL_OVERFLOW, WHEEL_DUE */
-	uint16_t flags;		/* WHEEL_F_* in the low byte; high byte is the user's */
+	uint16_t flags;		/* the user's: the wheel never reads or writes it */
 };
 
 struct wheel {
@@ -112,7 +108,7 @@ int wheel_del(struct wheel *w, struct wheel_timer *t);
  * wheel_update - moves @t's deadline to @deadline, earlier or later, keeping
  * its slack.  A later deadline whose fire tick is not before the visit of the
  * record's current slot (the usual case) is a store: the record stays where
- * it is, flagged WHEEL_F_MOVED, and is re-filed when its slot comes round.
+ * it is and is re-filed when its slot comes round.
  * An earlier deadline, or any new deadline for a due record, relinks it as
  * if it were added now.
  *
@@ -184,12 +180,27 @@ static inline bool wheel_timer_pending(const struct wheel_timer *t)
 /*
  * wheel_check - verifies every invariant of @w: list links, occupancy bits,
  * counts, that each record sits where it is visited no later than its fire
- * tick (exactly where its fire tick belongs, unless pushed later in place),
- * and that due records are due.  O(records); for tests.
+ * tick (where its fire tick belongs, or in an earlier-visited slot when its
+ * deadline was pushed later in place), and that due records are due.
+ * O(records); for tests and debug builds.
  *
  * Return: 0 when all hold; otherwise -EUCLEAN and *@why (if @why is not NULL)
  * points to a static description of the first broken one.
  */
 int wheel_check(const struct wheel *w, const char **why);
+
+/*
+ * For an owner whose records' deadlines other threads may store between
+ * wheel calls: @fire gives the fire tick to check a record against, or
+ * returns false for a record whose new deadline is still on its way to the
+ * owner (that record's placement is checked once it arrives).
+ */
+struct wheel_check_ops {
+	bool (*fire)(const struct wheel_timer *t, void *ctx, uint64_t *fire);
+	void *ctx;
+};
+
+/* wheel_check - with the owner's view of deadlines in flight; @ops may be NULL. */
+int wheel_check_with(const struct wheel *w, const struct wheel_check_ops *ops, const char **why);
 
 #endif /* KAIROS_WHEEL_H */

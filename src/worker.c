@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "fault.h"
 #include "internal.h"
 
 #define WORKER_BATCH	64
@@ -33,33 +34,22 @@ static void unlock(pthread_mutex_t *m)
 		kairos_die("pthread_mutex_unlock");
 }
 
-/* Makes room for @n more entries; call with the lock held. */
-static void dqueue_reserve(struct dqueue *q, size_t n)
+static struct rec *dq_next(struct rec *r)
 {
-	size_t cap = q->cap ? q->cap : 256;
-	struct delivery *b;
-
-	if (q->len + n <= q->cap)
-		return;
-	while (cap < q->len + n)
-		cap *= 2;
-	b = malloc(cap * sizeof(*b));
-	if (!b)
-		kairos_die("out of memory for the delivery queue");
-	for (size_t i = 0; i < q->len; i++)
-		b[i] = q->buf[(q->head + i) % q->cap];
-	free(q->buf);
-	q->buf = b;
-	q->head = 0;
-	q->cap = cap;
+	/* wt.link is the record's first member; see struct dqueue. */
+	return r->wt.link.next ? (struct rec *)(void *)r->wt.link.next : NULL;
 }
 
-void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n)
+/* Appends the chain @first..@last of @n records: one lock and one signal. */
+void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n)
 {
 	lock(&q->lock);
-	dqueue_reserve(q, n);
-	for (size_t i = 0; i < n; i++)
-		q->buf[(q->head + q->len + i) % q->cap] = d[i];
+	last->wt.link.next = NULL;
+	if (q->tail)
+		q->tail->wt.link.next = &first->wt.link;
+	else
+		q->head = first;
+	q->tail = last;
 	q->len += n;
 	/* One waiter per WORKER_BATCH entries, all of them for a big batch. */
 	if (n > WORKER_BATCH)
@@ -69,22 +59,26 @@ void dqueue_push(struct dqueue *q, const struct delivery *d, size_t n)
 	unlock(&q->lock);
 }
 
-/* Puts entries a stopping worker took but did not start back at the front. */
-static void dqueue_unshift(struct dqueue *q, const struct delivery *d, size_t n)
+/* Puts records a stopping worker took but did not start back at the front. */
+static void dqueue_unshift(struct dqueue *q, struct rec **r, size_t n)
 {
+	if (!n)
+		return;
 	lock(&q->lock);
-	dqueue_reserve(q, n);
-	q->head = (q->head + q->cap - n % q->cap) % q->cap;
-	for (size_t i = 0; i < n; i++)
-		q->buf[(q->head + i) % q->cap] = d[i];
+	for (size_t i = n; i-- > 0;) {
+		r[i]->wt.link.next = q->head ? &q->head->wt.link : NULL;
+		q->head = r[i];
+		if (!q->tail)
+			q->tail = r[i];
+	}
 	q->len += n;
 	unlock(&q->lock);
 }
 
-/* Takes up to @max entries; blocks while the queue is empty. 0 means stop. */
-static size_t dqueue_take(struct dqueue *q, struct delivery *out, size_t max)
+/* Takes up to @max records; blocks while the queue is empty. 0 means stop. */
+static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
 {
-	size_t n;
+	size_t n = 0;
 
 	lock(&q->lock);
 	while (!q->len && !q->stop)
@@ -95,10 +89,12 @@ static size_t dqueue_take(struct dqueue *q, struct delivery *out, size_t max)
 		unlock(&q->lock);
 		return 0;
 	}
-	n = q->len < max ? q->len : max;
-	for (size_t i = 0; i < n; i++)
-		out[i] = q->buf[(q->head + i) % q->cap];
-	q->head = (q->head + n) % q->cap;
+	while (n < max && q->head) {
+		out[n++] = q->head;
+		q->head = dq_next(q->head);
+	}
+	if (!q->head)
+		q->tail = NULL;
 	q->len -= n;
 	if (q->len)
 		pthread_cond_signal(&q->cond);	/* more for another worker */
@@ -135,8 +131,9 @@ static void rearm(struct shard *s, struct rec *r, uint64_t old)
 							  memory_order_acq_rel,
 							  memory_order_acquire)) {
 			if (old & ST_WAITERS)
-				state_wake(&r->state);
-			shard_post(s, r, tick);
+				service_event(s->k);
+			/* Never waits (only arms do): a worker may be what the shard waits on. */
+			(void)shard_post(s, r, tick);
 			return;
 		}
 	}
@@ -146,12 +143,13 @@ static void rearm(struct shard *s, struct rec *r, uint64_t old)
  * worker_deliver - runs one expired record's callback, unless a cancel got
  * there first.  Runs on a worker, or on the shard thread for inline delivery.
  */
-void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d)
+void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 {
-	struct rec *r = d->r;
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 	bool periodic = old & ST_PERIODIC;
-	uint64_t now;
+	uint64_t now, deadline_ns;
+	int status = 1;
+	kairos_id id;
 
 	do {
 		if (st_of(old) == ST_CANCELLED) {
@@ -165,18 +163,29 @@ void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d)
 	} while (!atomic_compare_exchange_weak_explicit(&r->state, &old, st_with(old, ST_RUNNING),
 							 memory_order_acquire,
 							 memory_order_acquire));
+	id = shard_rec_id(s, r, old);
+	if (periodic) {
+		const struct rec_period *p = table_period(s, table_index(s, r));
+
+		deadline_ns = p->fire_ns;
+		status = p->fire_status;
+	} else {
+		/* Only resets move it, and none can while it is FIRING. */
+		deadline_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
+					    k->cfg.tick_ns);
+	}
 	now = clock_now_ns(k->cfg.clock);
-	if (now < d->deadline_ns)
+	if (now < deadline_ns)
 		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
 	else
-		lat_record(&s->lat, now - d->deadline_ns);
+		lat_record(&s->lat, now - deadline_ns);
 	if (periodic)
 		atomic_fetch_add_explicit(&s->stats.periodic_runs, 1, memory_order_relaxed);
 	else
 		atomic_fetch_add_explicit(&s->stats.fired, 1, memory_order_relaxed);
 
-	tls_timer = d->id;
-	r->fn(r->arg, d->id, d->status);
+	tls_timer = id;
+	r->fn(r->arg, id, status);
 	tls_timer = 0;
 
 	old = atomic_load_explicit(&r->state, memory_order_acquire);
@@ -193,7 +202,7 @@ void worker_deliver(struct kairos *k, struct shard *s, const struct delivery *d)
 static void *worker_main(void *arg)
 {
 	struct shard *s = arg;
-	struct delivery batch[WORKER_BATCH];
+	struct rec *batch[WORKER_BATCH];
 	size_t n;
 
 	tls_service = s->k;
@@ -204,7 +213,7 @@ static void *worker_main(void *arg)
 				dqueue_unshift(&s->dq, &batch[i], n - i);
 				break;
 			}
-			worker_deliver(s->k, s, &batch[i]);
+			worker_deliver(s->k, s, batch[i]);
 		}
 	}
 	return NULL;
@@ -216,13 +225,16 @@ int worker_start(struct kairos *k, struct shard *s)
 
 	if (k->cfg.delivery == KAIROS_DELIVER_INLINE)
 		return 0;
-	s->workers = calloc(k->cfg.workers, sizeof(*s->workers));
+	s->workers = fault_calloc(k->cfg.workers, sizeof(*s->workers));
 	if (!s->workers)
 		return -ENOMEM;
 	for (unsigned i = 0; i < k->cfg.workers; i++) {
-		rc = -pthread_create(&s->workers[i], NULL, worker_main, s);
-		if (rc)
+		rc = fault_hit() ? -EAGAIN : -pthread_create(&s->workers[i], NULL, worker_main, s);
+		if (rc) {
+			/* Undo this shard's part: the caller undoes the shards before. */
+			worker_stop(s);
 			return rc;
+		}
 		s->nworkers++;
 	}
 	return 0;

@@ -235,18 +235,19 @@ static bool t_in_slot(uint16_t where)
 }
 
 /*
- * t_where_bad - whether the placement of a pending record (@where, @flags)
+ * t_where_bad - whether the placement of a pending record (@where; @moved:
+ * the test pushed it later in place and it has not been re-filed since)
  * with fire tick @fire is one the header rules out while the wheel is at
  * @curr: due iff fire <= curr; on the overflow list when the fire tick is
  * more than the levels' 2^48 ticks ahead, unless it was pushed there in
- * place (WHEEL_F_MOVED: it waits in its old slot); in a slot when it is so
+ * place (it waits in its old slot); in a slot when it is so
  * near (half that, in the same 2^48 block) that any layout of eight 64-slot
  * levels has one for it.  In between, the choice is wheel.c's and
  * wheel_check() judges it.
  *
  * Return: NULL when allowed, else what is wrong.
  */
-static const char *t_where_bad(uint16_t where, uint16_t flags, uint64_t fire, uint64_t curr)
+static const char *t_where_bad(uint16_t where, bool moved, uint64_t fire, uint64_t curr)
 {
 	if (fire <= curr)
 		return where == WHEEL_DUE ? NULL : "due record not on the due list";
@@ -254,7 +255,7 @@ static const char *t_where_bad(uint16_t where, uint16_t flags, uint64_t fire, ui
 		return "pending record in no list";
 	if (where > WHEEL_OVERFLOW)
 		return "record not yet due on the due list (fired early)";
-	if (fire - curr > T_SPAN && where != WHEEL_OVERFLOW && !(flags & WHEEL_F_MOVED))
+	if (fire - curr > T_SPAN && where != WHEEL_OVERFLOW && !moved)
 		return "record beyond the top level not on the overflow list";
 	if (fire - curr <= T_SPAN / 2 && (fire >> T_SPAN_BITS) == (curr >> T_SPAN_BITS) &&
 	    !t_in_slot(where))
@@ -284,6 +285,7 @@ struct t_set {
 	uint64_t eff[T_SET_MAX];	/* the tick it became due at: max(fire, tick when armed) */
 	uint64_t order[T_SET_MAX];	/* stamp of its add (or move earlier) */
 	uint64_t at[T_SET_MAX];		/* tick it was popped at */
+	uint16_t moved_where[T_SET_MAX];	/* where a push-later in place left it, or 0 */
 	enum t_state state[T_SET_MAX];
 };
 
@@ -313,7 +315,8 @@ static void t_set_reserve(struct t_set *s, size_t n)
 /* Asserts that the record's placement is one the header allows. */
 static void t_set_where_ok(const struct t_set *s, size_t i)
 {
-	const char *bad = t_where_bad(s->t[i].where, s->t[i].flags, s->fire[i], s->w->curr);
+	const char *bad = t_where_bad(s->t[i].where, s->moved_where[i] == s->t[i].where,
+				      s->fire[i], s->w->curr);
 
 	T_ASSERT_MSG(!bad, "record %zu (deadline %" PRIu64 " slack %u fire %" PRIu64
 		     ") at curr %" PRIu64 ": %s (where %u)", i, s->t[i].deadline,
@@ -352,6 +355,7 @@ static void t_set_arm_by(struct t_set *s, size_t i, uint64_t deadline, uint32_t 
 	s->eff[i] = t_max(s->fire[i], curr);
 	s->order[i] = ++s->stamp;
 	s->state[i] = T_PENDING;
+	s->moved_where[i] = 0;
 	/* A fire tick at or before the current tick goes straight to the due list. */
 	T_UINT_EQ(s->w->ndue, ndue + (s->fire[i] <= curr));
 	t_set_where_ok(s, i);
@@ -395,6 +399,8 @@ static void t_set_update(struct t_set *s, size_t i, uint64_t deadline)
 	T_UINT_EQ(t->slack, slack);	/* keeps its slack */
 	T_UINT_EQ(wheel_count(s->w), count);
 	s->order[i] = deadline < old_deadline || s->fire[i] <= curr ? ++s->stamp : T_UNORDERED;
+	if (fire > s->fire[i] && t->where != WHEEL_DUE)
+		s->moved_where[i] = t->where;
 	s->fire[i] = fire;
 	s->eff[i] = t_max(fire, curr);
 	t_set_where_ok(s, i);
@@ -421,6 +427,8 @@ static void t_set_refresh(struct t_set *s, size_t i, uint64_t deadline)
 	T_UINT_EQ(t->deadline, deadline);
 	T_UINT_EQ(t->slack, slack);
 	T_UINT_EQ(wheel_count(s->w), count);
+	if (t_ref_fire_tick(deadline, slack) > s->fire[i] && t->where != WHEEL_DUE)
+		s->moved_where[i] = t->where;
 	s->fire[i] = t_ref_fire_tick(deadline, slack);
 	s->eff[i] = t_max(s->fire[i], s->w->curr);
 	s->order[i] = T_UNORDERED;
@@ -985,7 +993,7 @@ START_TEST(test_wheel_advance_backwards)
 }
 END_TEST
 
-/* The high byte of flags is the user's: the wheel never touches it. */
+/* flags is the user's: the wheel never touches it. */
 START_TEST(test_wheel_user_flags)
 {
 	struct wheel *w = t_wheel_new(0);
@@ -994,26 +1002,26 @@ START_TEST(test_wheel_user_flags)
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
 	memset(&c, 0, sizeof(c));
-	a.flags = 0x5a00;
-	b.flags = 0xff00;
-	c.flags = 0x8100;
+	a.flags = 0x5aa5;
+	b.flags = 0xffff;
+	c.flags = 0x8101;
 	T_INT_EQ(wheel_add(w, &a, 100, 0), 0);
 	T_INT_EQ(wheel_add(w, &b, 0, 0), 0);		/* due */
 	T_INT_EQ(wheel_add(w, &c, 1u << 20, 9), 0);
-	T_UINT_EQ(a.flags & ~WHEEL_F_MASK, 0x5a00);
+	T_UINT_EQ(a.flags, 0x5aa5);
 	T_INT_EQ(wheel_update(w, &a, 5000), 0);		/* in place */
-	T_UINT_EQ(a.flags & ~WHEEL_F_MASK, 0x5a00);
+	T_UINT_EQ(a.flags, 0x5aa5);
 	T_ASSERT(wheel_pop(w) == &b);
-	T_UINT_EQ(b.flags & ~WHEEL_F_MASK, 0xff00);
+	T_UINT_EQ(b.flags, 0xffff);
 	T_UINT_EQ(wheel_advance(w, 100), 0);		/* re-files a */
-	T_UINT_EQ(a.flags & ~WHEEL_F_MASK, 0x5a00);
+	T_UINT_EQ(a.flags, 0x5aa5);
 	T_INT_EQ(wheel_update(w, &c, 50), 0);		/* relinks c */
-	T_UINT_EQ(c.flags & ~WHEEL_F_MASK, 0x8100);
+	T_UINT_EQ(c.flags, 0x8101);
 	T_INT_EQ(wheel_del(w, &c), 0);
-	T_UINT_EQ(c.flags & ~WHEEL_F_MASK, 0x8100);
+	T_UINT_EQ(c.flags, 0x8101);
 	T_UINT_EQ(wheel_advance(w, 5000), 1);
 	T_ASSERT(wheel_pop(w) == &a);
-	T_UINT_EQ(a.flags & ~WHEEL_F_MASK, 0x5a00);
+	T_UINT_EQ(a.flags, 0x5aa5);
 	t_check(w);
 	free(w);
 }
@@ -1709,7 +1717,7 @@ END_TEST
 
 /*
  * t_push_later - moves record @i later and asserts it was a store: same
- * place, WHEEL_F_MOVED set.  Its slot is visited no later than its old fire
+ * place.  Its slot is visited no later than its old fire
  * tick, so no later than the new one, which is the header's condition.
  */
 static void t_push_later(struct t_set *s, size_t i, uint64_t deadline)
@@ -1722,8 +1730,8 @@ static void t_push_later(struct t_set *s, size_t i, uint64_t deadline)
 	T_ASSERT_MSG(s->t[i].where == where, "push-later of record %zu to %" PRIu64
 		     " relinked it: where %u -> %u", i, deadline, where, s->t[i].where);
 	if (s->fire[i] > old_fire)
-		T_ASSERT_MSG(s->t[i].flags & WHEEL_F_MOVED, "push-later in place of record %zu"
-			     " did not set WHEEL_F_MOVED", i);
+		T_ASSERT_MSG(s->moved_where[i] == where, "push-later in place of record %zu"
+			     " not seen as one", i);
 }
 
 START_TEST(test_wheel_update_later_in_place)
@@ -1807,7 +1815,7 @@ START_TEST(test_wheel_update_earlier_relinks)
 	where = s->t[a].where;
 	t_set_update(s, a, 100);
 	T_UINT_NE(s->t[a].where, where);
-	T_ASSERT(!(s->t[a].flags & WHEEL_F_MOVED));
+	T_UINT_NE(s->moved_where[a], s->t[a].where);
 	/* From the overflow list to level 1. */
 	b = t_set_add(s, UINT64_C(1) << 50, 0);
 	T_UINT_EQ(s->t[b].where, WHEEL_OVERFLOW);
@@ -1928,12 +1936,11 @@ START_TEST(test_wheel_refresh)
 	T_INT_EQ(wheel_refresh(s->w, &zero), -ENOENT);
 	T_MEM_EQ(&zero, &(struct wheel_timer){ 0 }, sizeof(zero));
 
-	/* Later: in place, flagged, fires at the new tick and not the old. */
+	/* Later: in place, fires at the new tick and not the old. */
 	a = t_set_add(s, 10, 0);
 	where = s->t[a].where;
 	t_set_refresh(s, a, 20);
 	T_UINT_EQ(s->t[a].where, where);
-	T_ASSERT(s->t[a].flags & WHEEL_F_MOVED);
 	T_UINT_EQ(t_set_advance(s, 10), 0);
 	T_UINT_EQ(t_set_advance(s, 19), 0);
 	T_UINT_EQ(t_set_advance(s, 20), 1);
@@ -2028,6 +2035,7 @@ struct t_ref {
 	uint32_t slack;
 	uint32_t ver;		/* bumped on every change; stale heap entries mismatch */
 	uint32_t pos;		/* index in ids[] */
+	uint16_t moved_where;	/* where a push-later in place left it, or 0 */
 	bool live;
 	bool ordered;		/* seq is its rank among records due at the same tick */
 };
@@ -2074,10 +2082,10 @@ struct t_model {
 				     #cond, ##__VA_ARGS__);			\
 	} while (0)
 
-/* The user's byte in each record's flags, to prove the wheel leaves it alone. */
+/* Each record's flags (the user's), to prove the wheel leaves them alone. */
 static uint16_t t_user_flags(uint32_t id)
 {
-	return (uint16_t)(((id * 37u) & 0xffu) << 8);
+	return (uint16_t)(id * 40503u);
 }
 
 static bool t_hent_valid(const struct t_model *m, const struct t_hent *e)
@@ -2210,6 +2218,7 @@ static void t_model_set_live(struct t_model *m, uint32_t id, bool live)
 	m->ref[other].pos = (uint32_t)p;
 	m->ref[id].pos = (uint32_t)q;
 	m->ref[id].live = live;
+	m->ref[id].moved_where = 0;
 	m->ref[id].ver++;
 }
 
@@ -2326,7 +2335,7 @@ static void t_model_check_rec(struct t_model *m, uint32_t id)
 	const struct t_ref *r = &m->ref[id];
 	const char *bad;
 
-	T_REQUIRE(m, (t->flags & ~WHEEL_F_MASK) == t_user_flags(id),
+	T_REQUIRE(m, t->flags == t_user_flags(id),
 		  "record %u: user flags %#x", id, t->flags);
 	if (!r->live) {
 		T_REQUIRE(m, !wheel_timer_pending(t) && t->where == WHEEL_NONE,
@@ -2338,7 +2347,7 @@ static void t_model_check_rec(struct t_model *m, uint32_t id)
 	T_REQUIRE(m, t->deadline == r->deadline && t->slack == r->slack,
 		  "record %u: deadline %" PRIu64 " slack %u, model %" PRIu64 " %u",
 		  id, t->deadline, t->slack, r->deadline, r->slack);
-	bad = t_where_bad(t->where, t->flags, r->fire, m->curr);
+	bad = t_where_bad(t->where, r->moved_where == t->where, r->fire, m->curr);
 	T_REQUIRE(m, !bad, "record %u (deadline %" PRIu64 " slack %u fire %" PRIu64 "): %s"
 		  " (where %u)", id, r->deadline, r->slack, r->fire, bad, t->where);
 }
@@ -2461,8 +2470,8 @@ static void t_model_update(struct t_model *m, bool later)
 		T_REQUIRE(m, t->where == where, "push-later of record %u (deadline %" PRIu64
 			  " -> %" PRIu64 ", slack %u) relinked it: where %u -> %u",
 			  id, r->deadline, deadline, r->slack, where, t->where);
-		T_REQUIRE(m, fire == old_fire || (t->flags & WHEEL_F_MOVED),
-			  "push-later in place of record %u without WHEEL_F_MOVED", id);
+		if (fire != old_fire)
+			r->moved_where = where;
 		m->nmoved++;
 	}
 	m->ndue += (fire <= m->curr) - (uint64_t)was_due;

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+#include "fault.h"
+
+#include <stdlib.h>
+
+_Atomic long fault_countdown;
+_Atomic int fault_uring;
+
+bool fault_hit_slow(void)
+{
+	long n = atomic_load_explicit(&fault_countdown, memory_order_relaxed);
+
+	/* Several threads may ask at once: exactly one of them sees 1 -> 0. */
+	while (n > 0) {
+		if (atomic_compare_exchange_weak_explicit(&fault_countdown, &n, n - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			return n == 1;
+	}
+	return false;
+}
+
+void *fault_calloc(size_t n, size_t size)
+{
+	return fault_hit() ? NULL : calloc(n, size);
+}

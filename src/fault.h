@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault.h - failure injection for the tests of every error path.
+ *
+ * Each step that can fail while a service is made (an allocation, an fd, a
+ * thread, a ring) and each allocation a running service makes asks
+ * fault_hit() first.  A test sets fault_countdown to n and the n-th step
+ * fails as if the system had refused it; a countdown still above 0 after
+ * the call means the call has fewer steps, so a test walks every one in turn.  With the countdown at 0 (always,
+ * outside tests) fault_hit() is one relaxed load on paths that are slow
+ * anyway: none of them is on the arm, cancel or reset path.
+ */
+#ifndef KAIROS_FAULT_H
+#define KAIROS_FAULT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
+/* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
+extern _Atomic int fault_uring __attribute__((visibility("hidden")));
+
+bool fault_hit_slow(void) __attribute__((visibility("hidden")));
+
+/* Whether this step must fail (a test asked for it). */
+static inline bool fault_hit(void)
+{
+	if (__builtin_expect(!atomic_load_explicit(&fault_countdown, memory_order_relaxed), 1))
+		return false;
+	return fault_hit_slow();
+}
+
+/* calloc() that an armed test can make fail. */
+void *fault_calloc(size_t n, size_t size) __attribute__((visibility("hidden")));
+
+#endif /* KAIROS_FAULT_H */
