@@ -562,7 +562,13 @@ int wheel_check_with(const struct wheel *w, const struct wheel_check_ops *ops, c
 		if (n != w->ndue)
 			bad = "due count disagrees with the due list";
 	}
-	if (!bad) {
+	/*
+	 * An owner that lets other threads store later deadlines (@ops) may find
+	 * one on the due list: it re-checks every due record before firing it,
+	 * so only a wheel whose deadlines move through wheel_update() promises
+	 * that due records are due.
+	 */
+	if (!bad && !ops) {
 		for (const struct wheel_link *l = w->due.next; l != &w->due; l = l->next) {
 			if (check_fire(ops, link_timer((struct wheel_link *)l), &fire) &&
 			    fire > w->curr) {

@@ -2748,6 +2748,333 @@ START_TEST(test_service_fork_exec)
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* cancel_sync never sleeps inside an RCU read-side section            */
+
+/*
+ * While cancel_sync waits for a 3 s callback, 1e6 arm+cancel cycles must
+ * reuse their records: a waiter inside a read-side section would stall
+ * every grace period of the process and the pool would only grow.
+ */
+START_TEST(test_service_cancel_sync_rss_flat)
+{
+	const int total = T_SANITIZED ? 100000 : 1000000;
+	struct kairos *k = t_create(NULL);
+	struct t_sync_waiter w;
+	struct t_block b;
+	struct kairos_stats st;
+	pthread_t th;
+	uint64_t rss0 = 0, rss1;
+
+	int i;
+
+	t_block_init(&b, 0, 4 * T_SEC);
+	w = (struct t_sync_waiter){ .k = k, .b = &b };
+	w.id = t_block_arm(k, &b, T_MS);
+	t_block_wait_started(&b);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_sync_waiter_thread, &w), 0);
+
+	for (i = 0; i < total && !t_int(&b.done); i++) {
+		kairos_id id;
+
+		ck_assert_int_eq(kairos_arm(k, 10 * T_SEC, t_cb_never, NULL, &id), 0);
+		ck_assert_int_eq(kairos_cancel(k, id), 0);
+		if (i == total / 10)
+			rss0 = t_rss();
+	}
+	rss1 = t_rss();
+	pthread_join(th, NULL);
+	ck_assert_int_eq(w.rc, -EBUSY);
+	ck_assert_int_eq(w.done_at_return, 1);
+	/*
+	 * Without reclamation the 2e5+ records after the first measurement are
+	 * 12+ MiB (the old code grew 100 MiB here); with it, a few chunks.
+	 */
+	if (!T_SANITIZED) {
+		ck_assert_msg(i >= 300000, "only %d cycles in the callback's 4 s", i);
+		ck_assert_msg(rss1 < rss0 + 8 * 1024 * 1024, "RSS grew by %" PRIu64 " KiB over %d"
+			      " cycles while cancel_sync waited", (rss1 - rss0) / 1024, i);
+	}
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.cancelled, (uint64_t)i);
+	ck_assert_int_eq(t_u64(&tt.bad), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * kairos_destroy() of an idle, unrelated service waits for a grace period:
+ * it must not wait for another service's cancel_sync, which waits for a
+ * 5 s callback.
+ */
+START_TEST(test_service_cancel_sync_other_destroy)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c), *k2;
+	struct t_sync_waiter w;
+	struct t_block b;
+	pthread_t th;
+	uint64_t t0, took;
+
+	t_block_init(&b, 0, 5 * T_SEC);
+	w = (struct t_sync_waiter){ .k = k, .b = &b };
+	w.id = t_block_arm(k, &b, T_MS);
+	t_block_wait_started(&b);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_sync_waiter_thread, &w), 0);
+	t_sleep_ms(50);		/* the waiter is asleep by now */
+	k2 = t_create(&c);
+	t0 = t_mono();
+	t_destroy(k2, KAIROS_DRAIN_DROP, 0);
+	took = t_mono() - t0;
+	ck_assert_int_eq(t_int(&b.done), 0);
+	ck_assert_msg(took < 2500 * T_MS, "destroying an idle service took %" PRIu64 " ms while"
+		      " another service's cancel_sync waited", (uint64_t)(took / T_MS));
+	pthread_join(th, NULL);
+	ck_assert_int_eq(w.rc, -EBUSY);
+	ck_assert_int_eq(w.done_at_return, 1);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* The callback cancel_sync waits on destroys another service (allowed by the contract). */
+struct t_destroyer {
+	struct kairos *victim;
+	atomic_int started, rc, done;
+};
+
+static void t_cb_destroy_other(void *arg, kairos_id id, int status)
+{
+	struct t_destroyer *d = arg;
+
+	(void)id;
+	(void)status;
+	atomic_store(&d->started, 1);
+	t_sleep_ms(100);	/* let the main thread's cancel_sync start waiting */
+	atomic_store(&d->rc, kairos_destroy(d->victim, KAIROS_DRAIN_DROP));
+	atomic_store(&d->done, 1);
+}
+
+START_TEST(test_service_cancel_sync_callback_destroys)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k1 = t_create(&c), *k2 = t_create(&c);
+	struct t_destroyer d = { .victim = k1 };
+	kairos_id id;
+
+	alarm(60);	/* a deadlock is a failure with a name, not a hung run */
+	ck_assert_int_eq(kairos_arm(k2, T_MS, t_cb_destroy_other, &d, &id), 0);
+	ck_assert_int_eq(t_wait_int(&d.started, 1, T_WAIT_MS), 1);
+	ck_assert_int_eq(kairos_cancel_sync(k2, id), -EBUSY);
+	ck_assert_int_eq(t_int(&d.done), 1);
+	ck_assert_int_eq(t_int(&d.rc), 0);
+	alarm(0);
+	t_destroy(k2, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* cancel_sync waiting while the service is destroyed: it returns once the callback has. */
+START_TEST(test_service_cancel_sync_across_destroy)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_sync_waiter w;
+	struct t_block b;
+	pthread_t th;
+
+	t_block_init(&b, 0, 300 * T_MS);
+	w = (struct t_sync_waiter){ .k = k, .b = &b };
+	w.id = t_block_arm(k, &b, T_MS);
+	t_block_wait_started(&b);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_sync_waiter_thread, &w), 0);
+	t_sleep_ms(50);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(w.rc, -EBUSY);
+	ck_assert_int_eq(w.done_at_return, 1);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* No configuration the docs allow may deadlock                        */
+
+/*
+ * Two shards, inline delivery: a callback on each shard thread posts 80,000
+ * cancels to the other shard while the other is busy in its own callback.
+ * With a bound that made posters wait, each shard thread waited for the
+ * other: 131,070 timers stuck and the process hung for good.
+ */
+struct t_cross {
+	struct kairos *k;
+	kairos_id *victims;	/* timers on the other shard */
+	int n;
+	atomic_int *arrived;	/* both callbacks are running: then post */
+	atomic_int cancelled;
+};
+
+static void t_cb_cross(void *arg, kairos_id id, int status)
+{
+	struct t_cross *x = arg;
+	uint64_t end = t_mono() + 5 * T_SEC;
+
+	(void)id;
+	(void)status;
+	atomic_fetch_add(x->arrived, 1);
+	while (t_int(x->arrived) < 2 && t_mono() < end)
+		;
+	for (int i = 0; i < x->n; i++)
+		if (kairos_cancel(x->k, x->victims[i]) == 0)
+			atomic_fetch_add(&x->cancelled, 1);
+}
+
+struct t_pinned_arm {
+	struct kairos *k;
+	unsigned cpu;
+	int n;
+	kairos_id *ids;
+	unsigned shard;
+	struct t_cross *x;
+	kairos_id trigger;
+};
+
+/* Arms from a thread pinned to @cpu, so its timers land on that CPU's shard. */
+static void *t_pinned_arm_thread(void *arg)
+{
+	struct t_pinned_arm *p = arg;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		return NULL;
+	for (int i = 0; i < p->n; i++)
+		if (kairos_arm(p->k, 60 * T_SEC, t_cb_never, NULL, &p->ids[i]))
+			return NULL;
+	kairos_arm(p->k, 200 * T_MS, t_cb_cross, p->x, &p->trigger);
+	p->shard = (unsigned)(p->ids[0] >> 24) & 0xff;	/* the id's shard field */
+	return NULL;
+}
+
+START_TEST(test_service_inline_cross_shard_no_deadlock)
+{
+	enum { N = 80000 };
+	struct kairos_config c = t_cfg(2, 1);
+	struct kairos *k;
+	static kairos_id ids[2][N];
+	struct t_pinned_arm p[2];
+	struct t_cross x[2];
+	atomic_int arrived = 0;
+	struct kairos_stats st;
+	pthread_t th[2];
+
+	if (t_ncpu() < 2) {
+		fprintf(stderr, "inline_cross_shard: needs 2 CPUs; skipped\n");
+		return;
+	}
+	alarm(120);
+	c.delivery = KAIROS_DELIVER_INLINE;
+	k = t_create(&c);
+	for (int i = 0; i < 2; i++) {
+		/* The callback on shard i cancels the timers shard 1 - i holds. */
+		x[i] = (struct t_cross){ .k = k, .victims = ids[1 - i], .n = N, .arrived = &arrived };
+		p[i] = (struct t_pinned_arm){ .k = k, .cpu = (unsigned)i, .n = N, .ids = ids[i],
+					      .x = &x[i] };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, t_pinned_arm_thread, &p[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_msg(p[0].trigger && p[1].trigger, "arming from pinned threads failed");
+	if (p[0].shard == p[1].shard) {
+		/* The scheduler kept both on one CPU's shard: no cross traffic to test. */
+		fprintf(stderr, "inline_cross_shard: both threads armed on shard %u; skipped\n",
+			p[0].shard);
+		t_destroy(k, KAIROS_DRAIN_DROP, 2 * N);
+		return;
+	}
+	ck_assert_int_eq(t_wait_int(&x[0].cancelled, N, 60000), N);
+	ck_assert_int_eq(t_wait_int(&x[1].cancelled, N, 60000), N);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.cancelled, 2 * N);
+	ck_assert_uint_eq(st.fired, 2);
+	alarm(0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Deadline arithmetic saturates                                       */
+
+/*
+ * A period so long that now + period barely fits is accepted; after a reset
+ * to 2 ms from now it runs once, and its next run, 585 years out, must not
+ * wrap into the past and run again at once.
+ */
+START_TEST(test_service_periodic_next_saturates)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer t;
+	uint64_t now = t_now(k);
+
+	ck_assert_int_eq(t_arm_every(k, &tt, &t, UINT64_MAX - now - 10 * T_SEC), 0);
+	t.base = 0;	/* the reset moves its first run */
+	ck_assert_int_eq(kairos_reset_at(k, t.id, t_now(k) + 2 * T_MS), 0);
+	ck_assert_int_eq(t_wait_int(&t.runs, 1, T_WAIT_MS), 1);
+	t_sleep_ms(300);
+	ck_assert_int_eq(t_int(&t.runs), 1);
+	ck_assert_int_eq(t_cancel_sync(k, &tt, &t), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* After destroy, -ESHUTDOWN comes first                               */
+
+START_TEST(test_service_eshutdown_before_argument_errors)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_stats st;
+	uint64_t now;
+	int x;
+
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_arm(k, T_MS, NULL, &x, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_arm(k, UINT64_MAX, t_cb_never, &x, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_arm_at(k, 0, NULL, &x, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_arm_every(k, 0, t_cb_never, &x, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_arm_slack(k, UINT64_MAX, 1, t_cb_never, &x, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_cancel(k, 0), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_cancel_sync(k, 0), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_reset(k, 0, T_MS), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_reset(k, 1, UINT64_MAX), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_reset_at(k, 0, 0), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_now(k, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_now(k, &now), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_destroy(k, 12345), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_backend_info(k, 9999, NULL, NULL), -ESHUTDOWN);
+	/* The final counters stay readable; a NULL out is still an argument error. */
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_int_eq(kairos_stats(k, NULL), -EINVAL);
+}
+END_TEST
+
+/* tick_ns: 1 us to 1 s; near 2^64 nothing would ever fire. */
+START_TEST(test_service_tick_bounds)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = NULL;
+	static const uint64_t bad[] = { 999, 1000000001, UINT64_MAX / 2, UINT64_MAX };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		c.tick_ns = bad[i];
+		ck_assert_msg(kairos_create(&c, &k) == -EINVAL, "tick_ns %" PRIu64 " accepted",
+			      bad[i]);
+	}
+	c.tick_ns = 1000000000;
+	k = t_create(&c);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+
+/* ------------------------------------------------------------------ */
 
 static Suite *t_suite(void)
 {
@@ -2779,6 +3106,8 @@ static Suite *t_suite(void)
 	tcase_add_test(api, test_service_max_timers);
 	tcase_add_test(api, test_service_max_timers_concurrent);
 	tcase_add_test(api, test_service_backend_info);
+	tcase_add_test(api, test_service_eshutdown_before_argument_errors);
+	tcase_add_test(api, test_service_tick_bounds);
 
 	tcase_add_test(fire, test_service_never_early_random);
 	tcase_add_test(fire, test_service_arm_slack);
@@ -2801,6 +3130,11 @@ static Suite *t_suite(void)
 	tcase_add_test(cancel, test_service_cancel_periodic_while_running);
 	tcase_add_test(cancel, test_service_cancel_sync_own_oneshot);
 	tcase_add_test(cancel, test_service_cancel_sync_own_periodic);
+	tcase_add_test(cancel, test_service_cancel_sync_rss_flat);
+	tcase_add_test(cancel, test_service_cancel_sync_other_destroy);
+	tcase_add_test(cancel, test_service_cancel_sync_callback_destroys);
+	tcase_add_test(cancel, test_service_cancel_sync_across_destroy);
+	tcase_add_test(cancel, test_service_inline_cross_shard_no_deadlock);
 	tcase_add_test(cancel, test_service_destroy_from_callback);
 	tcase_add_test(cancel, test_service_cancel_fire_storm);
 	tcase_add_test(cancel, test_service_stale_ids);
@@ -2818,6 +3152,7 @@ static Suite *t_suite(void)
 	tcase_add_test(periodic, test_service_periodic_count);
 	tcase_add_test(periodic, test_service_periodic_no_drift);
 	tcase_add_test(periodic, test_service_periodic_missed);
+	tcase_add_test(periodic, test_service_periodic_next_saturates);
 
 	tcase_add_test(life, test_service_destroy_drop_pending);
 	tcase_add_test(life, test_service_destroy_notify_pending);
