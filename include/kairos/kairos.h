@@ -70,15 +70,15 @@ enum kairos_backend {
 #define KAIROS_DRAIN_NOTIFY	1	/* call each once with status -ECANCELED */
 
 /*
- * Start from kairos_config_default().  A numeric field left 0 means its
- * default; the clock must be set (0 is CLOCK_REALTIME, which jumps with the
- * wall clock and is refused with -EINVAL).
+ * Start from kairos_config_default(), or zero-fill: every field left 0 means
+ * its default.  A clock of 0 (CLOCK_REALTIME's number) means CLOCK_MONOTONIC:
+ * the wall clock jumps, and is never used.
  */
 struct kairos_config {
 	unsigned shards;		/* 0: one per online CPU (at most 256) */
 	unsigned workers;		/* callback threads per shard; 0: 2 */
-	uint64_t tick_ns;		/* wheel tick; 0: 1 ms; at least 1 us */
-	int clock;			/* a clockid_t: CLOCK_MONOTONIC (default) or CLOCK_BOOTTIME */
+	uint64_t tick_ns;		/* wheel tick; 0: 1 ms; 1 us to 1 s */
+	int clock;			/* a clockid_t: 0 or CLOCK_MONOTONIC (default), CLOCK_BOOTTIME */
 	uint64_t max_timers;		/* cap on pending timers; 0: none */
 	int pin_cpus;			/* non-zero: pin shard k and its workers to CPU k */
 	enum kairos_delivery delivery;
@@ -124,19 +124,21 @@ void kairos_config_default(struct kairos_config *cfg);
  * Starts the shard threads and their workers.  With KAIROS_BACKEND_AUTO each
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
  * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
- * profile, kernel.io_uring_disabled); any other io_uring failure (ENOMEM
- * included) fails the create.  The environment variable
- * KAIROS_BACKEND=auto|uring|epoll overrides KAIROS_BACKEND_AUTO, and "uring"
- * then means io_uring or failure.
+ * profile, kernel.io_uring_disabled; or ENOMEM under a finite
+ * RLIMIT_MEMLOCK); any other io_uring failure fails the create.  A ring that
+ * stops working later moves its shard to epoll at run time.  The
+ * environment variable KAIROS_BACKEND=auto|uring|io_uring|epoll (any case)
+ * overrides KAIROS_BACKEND_AUTO, and "uring" then means io_uring or failure.
+ * On failure nothing the call made (fd, thread, memory) is left.
  *
  * Context: any thread, callbacks included; blocks briefly (thread start).
  * Return: 0; -EINVAL for a NULL @out, an invalid @cfg field (more than 256
- * shards or 1024 workers, a tick under 1 us, a clock other than
+ * shards or 1024 workers, a tick under 1 us or over 1 s, a clock other than
  * CLOCK_MONOTONIC and CLOCK_BOOTTIME, ring_entries over 4096) or another
- * value of $KAIROS_BACKEND; -ENOMEM;
- * -ENOSYS or -EPERM when KAIROS_BACKEND_URING is forced and io_uring is
- * refused; another -errno from a failing system call (thread, timerfd,
- * eventfd).
+ * value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
+ * KAIROS_BACKEND_URING is forced and io_uring is refused; -EMFILE or -ENFILE
+ * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
+ * failing system call (timerfd, eventfd, epoll, io_uring).
  */
 int kairos_create(const struct kairos_config *cfg, struct kairos **out);
 
@@ -166,10 +168,14 @@ int kairos_destroy(struct kairos *k, int how);
  *       deadline (the deadline rounds up to the next tick)
  * @out: where the timer's id is stored; may be NULL
  *
- * Context: any thread, callbacks included; does not block.
+ * Context: any thread, callbacks included.  Does not block, except that a
+ * thread other than a shard's waits, at most 10 ms and outside any lock,
+ * while the timer's shard is 65536 posts behind (busy threads outnumber the
+ * CPUs); see kairos_arm(3).
  * Return: 0; -EINVAL for a NULL @k or @fn; -EOVERFLOW when now + @delay_ns
  * overflows 64 bits of nanoseconds; -EAGAIN when max_timers timers are
- * pending; -ENOMEM; -ESHUTDOWN after kairos_destroy().
+ * pending; -ENOMEM; -ESHUTDOWN after kairos_destroy() (before any other
+ * error but a NULL @k, here and in every call).
  */
 int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg, kairos_id *out);
 
@@ -225,9 +231,10 @@ int kairos_cancel(struct kairos *k, kairos_id id);
  * waits until it has returned.  After it returns the callback is not running
  * and never runs again.
  *
- * Context: any thread; blocks while the callback runs.  From the timer's own
- * callback it cannot wait for itself: it stops later runs and returns
- * -EDEADLK.
+ * Context: any thread; blocks while the callback runs, outside any lock and
+ * outside RCU read-side sections (other services go on meanwhile).  From the
+ * timer's own callback it cannot wait for itself: it stops later runs and
+ * returns -EDEADLK.
  * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel(); -EBUSY when the
  * callback was running (it has now returned); -EDEADLK from its own callback.
  */
@@ -290,7 +297,9 @@ int kairos_stats(struct kairos *k, struct kairos_stats *out);
  * @name: set to "io_uring" or "epoll"; may be NULL
  * @why:  set to a sentence saying why it was chosen; may be NULL
  *
- * Context: any thread; does not block.  The strings live as long as @k.
+ * Context: any thread; does not block.  The strings stay valid until
+ * kairos_destroy(@k) is called; a shard whose ring stops working moves to
+ * epoll at run time, and later calls report that.
  * Return: 0; -EINVAL for a NULL @k or a @shard out of range; -ESHUTDOWN.
  */
 int kairos_backend_info(struct kairos *k, unsigned shard, const char **name, const char **why);
