@@ -170,6 +170,18 @@ struct dqueue {
 	_Atomic bool stop;		/* written under the lock, read without */
 };
 
+/* Appends the chain @first..@last (linked through wt.link.next) to *@head..*@tail. */
+static inline void rec_chain_append(struct rec **head, struct rec **tail, struct rec *first,
+				    struct rec *last)
+{
+	last->wt.link.next = NULL;
+	if (*tail)
+		(*tail)->wt.link.next = &first->wt.link;
+	else
+		*head = first;
+	*tail = last;
+}
+
 /* ---- lateness histogram: 1/8-octave buckets, ns ---------------------------- */
 #define LAT_SUB_BITS	3
 #define LAT_BUCKETS	(64 << LAT_SUB_BITS)

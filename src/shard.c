@@ -197,12 +197,7 @@ static void deliver(struct shard *s, struct rec *r)
 		worker_deliver(s->k, s, r);
 		return;
 	}
-	r->wt.link.next = NULL;
-	if (s->dlast)
-		s->dlast->wt.link.next = &r->wt.link;
-	else
-		s->dfirst = r;
-	s->dlast = r;
+	rec_chain_append(&s->dfirst, &s->dlast, r, r);
 	s->dlen++;
 }
 

@@ -44,12 +44,7 @@ static struct rec *dq_next(struct rec *r)
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n)
 {
 	lock(&q->lock);
-	last->wt.link.next = NULL;
-	if (q->tail)
-		q->tail->wt.link.next = &first->wt.link;
-	else
-		q->head = first;
-	q->tail = last;
+	rec_chain_append(&q->head, &q->tail, first, last);
 	q->len += n;
 	/* One waiter per WORKER_BATCH entries, all of them for a big batch. */
 	if (n > WORKER_BATCH)

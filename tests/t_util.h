@@ -182,9 +182,10 @@ static inline int t_wait_int(atomic_int *v, int want, unsigned ms)
 }
 
 /* Threads of this process, from /proc/self/task. */
-static inline int t_count_threads(void)
+/* Entries of directory @path, "." and ".." aside. */
+static inline int t_count_dir(const char *path)
 {
-	DIR *d = opendir("/proc/self/task");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 
@@ -194,6 +195,11 @@ static inline int t_count_threads(void)
 			n++;
 	closedir(d);
 	return n;
+}
+
+static inline int t_count_threads(void)
+{
+	return t_count_dir("/proc/self/task");
 }
 
 /*
