@@ -3002,9 +3002,10 @@ END_TEST
 /* Deadline arithmetic saturates                                       */
 
 /*
- * A period so long that now + period barely fits is accepted; after a reset
- * to 2 ms from now it runs once, and its next run, 585 years out, must not
- * wrap into the past and run again at once.
+ * A period so long that now + period barely fits (100 ms to spare) is
+ * accepted; after a reset to 200 ms from now it runs once, and its next
+ * run, deadline + period, is past 2^64 ns: it must saturate (a run 585
+ * years out), not wrap into the past and run again at once.
  */
 START_TEST(test_service_periodic_next_saturates)
 {
@@ -3012,9 +3013,9 @@ START_TEST(test_service_periodic_next_saturates)
 	struct t_timer t;
 	uint64_t now = t_now(k);
 
-	ck_assert_int_eq(t_arm_every(k, &tt, &t, UINT64_MAX - now - 10 * T_SEC), 0);
+	ck_assert_int_eq(t_arm_every(k, &tt, &t, UINT64_MAX - now - 100 * T_MS), 0);
 	t.base = 0;	/* the reset moves its first run */
-	ck_assert_int_eq(kairos_reset_at(k, t.id, t_now(k) + 2 * T_MS), 0);
+	ck_assert_int_eq(kairos_reset_at(k, t.id, t_now(k) + 200 * T_MS), 0);
 	ck_assert_int_eq(t_wait_int(&t.runs, 1, T_WAIT_MS), 1);
 	t_sleep_ms(300);
 	ck_assert_int_eq(t_int(&t.runs), 1);
