@@ -29,16 +29,6 @@
 #include "t_util.h"
 #include "../src/fault.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define F_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define F_SANITIZED 1
-#endif
-#endif
-#ifndef F_SANITIZED
-#define F_SANITIZED 0
-#endif
 #if defined(__SANITIZE_THREAD__)
 #define F_TSAN 1
 #elif defined(__has_feature)
@@ -52,12 +42,9 @@
 
 #define F_WAIT_MS	10000
 
-static struct t_tally ft;
-
 static void f_setup(void)
 {
-	memset(&ft, 0, sizeof(ft));
-	ft.clock = CLOCK_MONOTONIC;
+	t_setup();
 	atomic_store(&fault_countdown, 0);
 	atomic_store(&fault_uring, 0);
 	unsetenv("KAIROS_BACKEND");
@@ -71,7 +58,7 @@ static int f_count_fds(void)
 /* Bytes the C allocator has handed out and not had back (0 under ASan). */
 static size_t f_heap(void)
 {
-	return F_SANITIZED ? 0 : mallinfo2().uordblks;
+	return T_SANITIZED ? 0 : mallinfo2().uordblks;
 }
 
 /* What the process holds before a create, to compare after a failed one. */
@@ -104,16 +91,16 @@ static void f_assert_nothing_left(const struct f_base *b, const char *what, long
 /* A service that fires a few timers exactly once and ends clean. */
 static void f_exercise(struct kairos *k, int n)
 {
-	uint64_t before = t_u64(&ft.fired);
+	uint64_t before = t_u64(&tt.fired);
 	struct t_timer tm[16];
 	struct kairos_stats st;
 
 	ck_assert_int_le(n, 16);
 	for (int i = 0; i < n; i++)
-		ck_assert_int_eq(t_arm(k, &ft, &tm[i], (uint64_t)(i + 1) * T_MS), 0);
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], (uint64_t)(i + 1) * T_MS), 0);
 	for (int i = 0; i < n; i++)
 		ck_assert_int_eq(t_wait_int(&tm[i].runs, 1, F_WAIT_MS), 1);
-	ck_assert_uint_eq(t_wait_u64(&ft.fired, before + (uint64_t)n, F_WAIT_MS), before + (uint64_t)n);
+	ck_assert_uint_eq(t_wait_u64(&tt.fired, before + (uint64_t)n, F_WAIT_MS), before + (uint64_t)n);
 	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
 	ck_assert_int_eq(kairos_stats(k, &st), 0);
 	ck_assert_uint_eq(st.armed, st.fired + st.cancelled + st.drained + st.pending);
@@ -200,7 +187,7 @@ START_TEST(test_faults_running_allocations)
 	ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), -ENOMEM);
 	ck_assert_uint_eq(atomic_exchange(&fault_countdown, 0), 0);
 	/* A periodic timer needs its chunk's period array. */
-	t_timer_init(&tm, &ft, 0, 0);
+	t_timer_init(&tm, &tt, 0, 0);
 	ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), 0);
 	ck_assert_int_eq(kairos_cancel(k, id), 0);
 	atomic_store(&fault_countdown, 1);
@@ -365,7 +352,7 @@ START_TEST(test_faults_rlimit_as_expiry)
 	uint64_t now, armed = 0;
 	int rc = 0;
 
-	if (F_SANITIZED) {
+	if (T_SANITIZED) {
 		fprintf(stderr, "rlimit_as_expiry: RLIMIT_AS does not fit a sanitizer; skipped\n");
 		return;
 	}
@@ -540,11 +527,11 @@ START_TEST(test_faults_seccomp_after_create)
 		return;
 	}
 	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(t_arm(k, &ft, &early[i], 200 * T_MS + (uint64_t)i * T_MS), 0);
+		ck_assert_int_eq(t_arm(k, &tt, &early[i], 200 * T_MS + (uint64_t)i * T_MS), 0);
 	ck_assert_int_eq(f_refuse_io_uring(SECCOMP_FILTER_FLAG_TSYNC), 0);
 	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(t_arm(k, &ft, &late[i], (uint64_t)(i % 50) * T_MS), 0);
-	ck_assert_uint_eq(t_wait_u64(&ft.fired, 2 * N, F_WAIT_MS), 2 * N);
+		ck_assert_int_eq(t_arm(k, &tt, &late[i], (uint64_t)(i % 50) * T_MS), 0);
+	ck_assert_uint_eq(t_wait_u64(&tt.fired, 2 * N, F_WAIT_MS), 2 * N);
 	ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
 	ck_assert_msg(!strcmp(name, "epoll"), "%s: %s", name, why);
 	ck_assert_msg(strstr(why, "run time"), "why: %s", why);
@@ -553,7 +540,7 @@ START_TEST(test_faults_seccomp_after_create)
 	ck_assert_uint_eq(st.armed, 2 * N);
 	ck_assert_uint_eq(st.fired, 2 * N);
 	ck_assert_uint_eq(st.early, 0);
-	t_check_calls(&ft, 2 * T_SEC);
+	t_check_calls(&tt, 2 * T_SEC);
 }
 END_TEST
 
@@ -647,9 +634,6 @@ int main(int argc, char **argv)
 	Suite *s = suite_create("faults");
 	TCase *create = tcase_create("create");
 	TCase *run = tcase_create("run");
-	SRunner *sr;
-	int failed;
-
 	/*
 	 * The heap counts (mallinfo2) see a chunk parked in glibc's per-thread
 	 * cache as in use: run without that cache, so that "nothing left"
@@ -679,9 +663,5 @@ int main(int argc, char **argv)
 	tcase_add_test(run, test_faults_fork_busy);
 	suite_add_tcase(s, create);
 	suite_add_tcase(s, run);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return t_main(s, "faults");
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * t_util.h - helpers shared by the service test programs (check_service,
- * check_uring).
+ * t_util.h - what every test program shares: one PRNG and one seed, the
+ * tallies and timers the service programs check the contract with, and one
+ * main().
  *
  * Real-clock tests on a shared, noisy machine: every "never early" check is
  * a strict lower bound, every upper bound is generous, and nothing asserts
@@ -16,6 +17,7 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <pthread.h>
 #include <inttypes.h>
@@ -124,30 +126,36 @@ static inline void t_sleep_ms(unsigned ms)
 	t_sleep_ns((uint64_t)ms * T_MS);
 }
 
-/* xorshift64*: seeded per test and per thread so a failure can be re-run. */
-static inline uint64_t t_rand(uint64_t *s)
-{
-	uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+/*
+ * One PRNG and one seed for every test program.  The seed is $T_SEED
+ * (decimal or 0x-hex) when set, else a fixed value, so a plain run is
+ * reproducible; every program prints it first (t_main()), and
+ * "T_SEED=<seed> CK_RUN_CASE=<case> build/tests/<program>" replays a run
+ * (CK_FORK=no puts it under a debugger).  Each test and thread derives its
+ * own stream with t_seed(salt).
+ */
+static uint64_t t_seed_value = UINT64_C(0x6b6169726f73);	/* "kairos" */
 
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545f4914f6cdd1dull;
+/* splitmix64: tiny, fast, and every 64-bit state is a good one. */
+static inline uint64_t t_rand(uint64_t *state)
+{
+	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
 }
 
-static inline uint64_t t_rand_below(uint64_t *s, uint64_t n)
+/* A value in [0, n); 0 when n is 0.  The modulo bias is irrelevant here. */
+static inline uint64_t t_rand_below(uint64_t *state, uint64_t n)
 {
-	return n ? t_rand(s) % n : 0;
+	return n ? t_rand(state) % n : 0;
 }
 
-/* The seed a test starts from: $T_SEED when set, else a fixed one. */
+/* The first state of the stream named @salt. */
 static inline uint64_t t_seed(uint64_t salt)
 {
-	const char *e = getenv("T_SEED");
-	uint64_t s = e ? strtoull(e, NULL, 0) : 0x5eedf00dull;
-
-	return (s ^ (salt * 0x9e3779b97f4a7c15ull)) | 1;
+	return t_seed_value ^ (salt * UINT64_C(0x9e3779b97f4a7c15));
 }
 
 static inline void t_atomic_max(atomic_uint_least64_t *v, uint64_t x)
@@ -498,6 +506,254 @@ static inline struct kairos_stats t_check_identity(struct kairos *k, struct t_ta
 	ck_assert_msg(atomic_load(&ta->bad) == 0, "%" PRIu64 " unexpected statuses or results",
 		      (uint64_t)atomic_load(&ta->bad));
 	return s;
+}
+
+/* ---- shared by the service programs ------------------------------------ */
+
+/*
+ * Under ASan (its quarantine keeps freed memory resident) and TSan (shadow
+ * memory) resident size says nothing about the library's own memory.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define T_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define T_SANITIZED 1
+#endif
+#endif
+#ifndef T_SANITIZED
+#define T_SANITIZED 0
+#endif
+
+/* The generous bound on lateness: a loaded 2-core machine, maybe under ASan. */
+#define T_LATE	(1500 * T_MS)
+/* How long a test waits for callbacks that should come within milliseconds. */
+#define T_WAIT_MS	5000
+
+/* The tallies of the test running now (each test runs in its own child). */
+static struct t_tally tt;
+static pthread_t t_main_thread;
+
+static inline void t_setup(void)
+{
+	memset(&tt, 0, sizeof(tt));
+	tt.clock = CLOCK_MONOTONIC;
+	t_main_thread = pthread_self();
+}
+
+static inline unsigned t_ncpu(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		n = 1;
+	return n > 256 ? 256 : (unsigned)n;
+}
+
+static inline struct kairos_config t_cfg(unsigned shards, unsigned workers)
+{
+	struct kairos_config c;
+
+	kairos_config_default(&c);
+	c.shards = shards;
+	c.workers = workers;
+	return c;
+}
+
+static inline struct kairos *t_create(const struct kairos_config *cfg)
+{
+	struct kairos *k = NULL;
+	int rc = kairos_create(cfg, &k);
+
+	ck_assert_msg(rc == 0, "kairos_create: %d (%s)", rc, strerror(-rc));
+	ck_assert_ptr_nonnull(k);
+	t_keep(k);
+	return k;
+}
+
+static inline void t_destroy(struct kairos *k, int how, int want)
+{
+	int rc = kairos_destroy(k, how);
+
+	ck_assert_msg(rc == want, "kairos_destroy: %d, want %d", rc, want);
+}
+
+static inline uint64_t t_pending(struct kairos *k)
+{
+	struct kairos_stats s;
+
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	return s.pending;
+}
+
+/* Waits for the one-shot timers of the tally to have fired @n callbacks. */
+static inline void t_wait_fired(uint64_t n)
+{
+	uint64_t got = t_wait_u64(&tt.fired, n, T_WAIT_MS);
+
+	ck_assert_msg(got == n, "%" PRIu64 " of %" PRIu64 " callbacks ran", got, n);
+}
+
+/* A callback for calls that must fail: it must never run. */
+static inline void t_cb_never(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+	atomic_fetch_add(&tt.bad, 1);
+}
+
+/* Resident set size in bytes. */
+static inline uint64_t t_rss(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, res = 0;
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%lu %lu", &size, &res), 2);
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * A callback that blocks: the first call sets @started, then sleeps @hold_ns
+ * or, with a @hold_ns of 0, waits for @release; it sets @done as the last
+ * thing before returning, so a caller that was promised "the callback has
+ * returned" must see @done set.
+ */
+struct t_block {
+	struct t_tally *ta;
+	int periodic;
+	uint64_t hold_ns;
+	atomic_int started;
+	atomic_int release;
+	atomic_int done;
+	atomic_int calls;		/* calls with status > 0 */
+	atomic_int notified;		/* calls with -ECANCELED */
+	atomic_int notified_after_done;	/* ... that came after @done was set */
+	atomic_int notified_off_main;	/* ... that came on another thread */
+	atomic_int last_status;
+};
+
+static inline void t_cb_block(void *arg, kairos_id id, int status)
+{
+	struct t_block *b = arg;
+	int calls;
+
+	(void)id;
+	if (status == -ECANCELED) {
+		if (t_int(&b->done))
+			atomic_fetch_add(&b->notified_after_done, 1);
+		if (!pthread_equal(pthread_self(), t_main_thread))
+			atomic_fetch_add(&b->notified_off_main, 1);
+		atomic_fetch_add(&b->notified, 1);
+		atomic_fetch_add(&b->ta->notified, 1);
+		return;
+	}
+	if (status <= 0)
+		atomic_fetch_add(&b->ta->bad, 1);
+	atomic_store(&b->last_status, status);
+	atomic_fetch_add(b->periodic ? &b->ta->periodic_runs : &b->ta->fired, 1);
+	calls = atomic_fetch_add(&b->calls, 1) + 1;
+	if (calls != 1)
+		return;
+	atomic_store(&b->started, 1);
+	if (b->hold_ns) {
+		t_sleep_ns(b->hold_ns);
+	} else {
+		uint64_t end = t_mono() + 20 * T_SEC;
+
+		while (!t_int(&b->release) && t_mono() < end)
+			t_sleep_ns(100 * T_US);
+	}
+	atomic_store(&b->done, 1);
+}
+
+static inline void t_block_init(struct t_block *b, int periodic, uint64_t hold_ns)
+{
+	memset(b, 0, sizeof(*b));
+	b->ta = &tt;
+	b->periodic = periodic;
+	b->hold_ns = hold_ns;
+}
+
+static inline kairos_id t_block_arm(struct kairos *k, struct t_block *b, uint64_t delay_ns)
+{
+	kairos_id id = 0;
+	int rc;
+
+	if (b->periodic)
+		rc = kairos_arm_every(k, delay_ns, t_cb_block, b, &id);
+	else
+		rc = kairos_arm(k, delay_ns, t_cb_block, b, &id);
+	ck_assert_int_eq(rc, 0);
+	ck_assert(id != 0);
+	atomic_fetch_add(&tt.armed, 1);
+	return id;
+}
+
+static inline void t_block_wait_started(struct t_block *b)
+{
+	ck_assert_msg(t_wait_int(&b->started, 1, T_WAIT_MS) == 1,
+		      "the blocking callback never started");
+}
+
+
+/* What a callback did to its own timer and service. */
+struct t_self {
+	struct t_timer t;	/* first: t_cb's argument */
+	struct kairos *k;
+	int rc_sync;
+	int rc_cancel;
+	int rc_reset;
+	int rc_destroy_drop;
+	int rc_destroy_notify;
+	atomic_int done;
+};
+
+static inline void t_cb_self_sync(void *arg, kairos_id id, int status)
+{
+	struct t_self *s = arg;
+
+	t_cb(arg, id, status);
+	if (status <= 0 || t_int(&s->t.runs) != 1)
+		return;
+	s->rc_reset = kairos_reset(s->k, id, T_MS);
+	s->rc_sync = kairos_cancel_sync(s->k, id);
+	s->rc_cancel = kairos_cancel(s->k, id);
+	s->rc_destroy_drop = kairos_destroy(s->k, KAIROS_DRAIN_DROP);
+	s->rc_destroy_notify = kairos_destroy(s->k, KAIROS_DRAIN_NOTIFY);
+	atomic_store(&s->done, 1);
+}
+
+/*
+ * t_main - the main() of every test program: takes $T_SEED, prints it so a
+ * failure in CI can be replayed, and runs @s (CK_RUN_CASE and CK_VERBOSITY
+ * apply).
+ */
+static inline int t_main(Suite *s, const char *prog)
+{
+	const char *env = getenv("T_SEED");
+	SRunner *sr;
+	int failed;
+
+	if (env && *env) {
+		char *end;
+
+		errno = 0;
+		t_seed_value = strtoull(env, &end, 0);
+		if (errno || *end) {
+			fprintf(stderr, "%s: bad T_SEED '%s'\n", prog, env);
+			return EXIT_FAILURE;
+		}
+	}
+	printf("%s: T_SEED=%#" PRIx64 "\n", prog, t_seed_value);
+	fflush(stdout);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif /* KAIROS_T_UTIL_H */

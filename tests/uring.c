@@ -1,27 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_uring.c - checks that only make sense on the io_uring backend.
+ * uring.c - checks that only make sense on the io_uring backend.
  *
  * Every service here is created with KAIROS_BACKEND_URING, which fails
  * rather than fall back.  When the kernel refuses io_uring (ENOSYS, EPERM
  * from a seccomp profile, kernel.io_uring_disabled) the program says why and
  * exits 77, which meson reports as a skip, as liburing's own tests do; the
- * epoll backend is covered by check_service.
+ * epoll backend is covered by every service program, run again with it forced.
  */
 #include <pthread.h>
 
 #include "t_util.h"
-
-#define T_LATE		(1500 * T_MS)
-#define T_WAIT_MS	5000
-
-static struct t_tally tt;
-
-static void t_setup(void)
-{
-	memset(&tt, 0, sizeof(tt));
-	tt.clock = CLOCK_MONOTONIC;
-}
 
 static struct kairos_config t_uring_cfg(unsigned shards)
 {
@@ -33,29 +22,12 @@ static struct kairos_config t_uring_cfg(unsigned shards)
 	return c;
 }
 
-static struct kairos *t_create(const struct kairos_config *cfg)
-{
-	struct kairos *k = NULL;
-	int rc = kairos_create(cfg, &k);
-
-	ck_assert_msg(rc == 0, "kairos_create: %d (%s)", rc, strerror(-rc));
-	t_keep(k);
-	return k;
-}
-
 static struct kairos_stats t_stats(struct kairos *k)
 {
 	struct kairos_stats s;
 
 	ck_assert_int_eq(kairos_stats(k, &s), 0);
 	return s;
-}
-
-static void t_wait_fired(uint64_t n)
-{
-	uint64_t got = t_wait_u64(&tt.fired, n, T_WAIT_MS);
-
-	ck_assert_msg(got == n, "%" PRIu64 " of %" PRIu64 " callbacks ran", got, n);
 }
 
 START_TEST(test_uring_every_shard)
@@ -236,9 +208,8 @@ static int t_probe(void)
 int main(void)
 {
 	Suite *s;
-	SRunner *sr;
 	TCase *tc;
-	int rc = t_probe(), failed;
+	int rc = t_probe();
 
 	switch (rc) {
 	case 0:
@@ -265,9 +236,5 @@ int main(void)
 	tcase_add_loop_test(tc, test_uring_tiny_ring_burst, 0,
 			    (int)(sizeof(t_ring_sizes) / sizeof(t_ring_sizes[0])));
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return t_main(s, "uring");
 }

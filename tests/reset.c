@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reset.c - reset and reset_at: later (a store), earlier (a relink), after the
+ * end, from the timer's own callback, of periodic timers, and a storm at
+ * scale with flat memory.
+ *
+ * Real clock, shared 2-core machine: lower bounds are strict, upper bounds
+ * generous, and nothing asserts speed.  meson runs this program twice: with
+ * the backend the probe picks and with KAIROS_BACKEND=epoll.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include "t_util.h"
+
+/* ------------------------------------------------------------------ */
+/* Reset                                                               */
+
+START_TEST(test_reset_later)
+{
+	enum { N = 200 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer tm[N];
+	uint64_t seed = t_seed(3), want[N];
+	int rc[N], moved = 0;
+
+	for (int i = 0; i < N; i++) {
+		uint64_t d = 30 * T_MS + t_rand_below(&seed, 10 * T_MS);
+
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
+	}
+	/*
+	 * Push each later three times; the deadline of the last reset that
+	 * returned 0 is the one that counts.  -ENOENT (the machine stalled past
+	 * a deadline) ends the pushing for that timer.
+	 */
+	for (int i = 0; i < N; i++) {
+		rc[i] = 0;
+		want[i] = tm[i].deadline;
+	}
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < N; i++) {
+			uint64_t d = 45 * T_MS + (uint64_t)round * 10 * T_MS +
+				     t_rand_below(&seed, 10 * T_MS);
+			uint64_t before = t_now(k);
+			int r;
+
+			if (rc[i] != 0)
+				continue;
+			r = kairos_reset(k, tm[i].id, d);
+			if (r == 0)
+				want[i] = before + d;
+			else
+				rc[i] = r;
+		}
+	}
+	t_wait_fired(N);
+	for (int i = 0; i < N; i++) {
+		/* -ENOENT only if the machine stalled past the first deadline. */
+		ck_assert_msg(rc[i] == 0 || rc[i] == -ENOENT, "reset: %d", rc[i]);
+		ck_assert_msg(t_u64(&tm[i].first_ns) >= want[i],
+			      "timer %d fired %" PRIu64 " ns before its new deadline", i,
+			      want[i] - t_u64(&tm[i].first_ns));
+		ck_assert_int_eq(tm[i].runs, 1);
+		moved += rc[i] == 0;
+	}
+	ck_assert_msg(moved >= N / 2, "only %d of %d resets took", moved, N);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * kairos_reset_at takes an absolute deadline: later and earlier both hold,
+ * one in the past fires promptly, and after the end it is -ENOENT.
+ */
+
+START_TEST(test_reset_at)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer later, earlier, past;
+	uint64_t now = t_now(k), want_later, want_earlier;
+
+	ck_assert_int_eq(t_arm(k, &tt, &later, 20 * T_MS), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &earlier, 10 * T_SEC), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &past, 10 * T_SEC), 0);
+	/* Moved deadlines: checked below from first_ns, not in the callback. */
+	later.base = earlier.base = past.base = 0;
+	want_later = now + 60 * T_MS;
+	want_earlier = now + 30 * T_MS;
+	ck_assert_int_eq(kairos_reset_at(k, later.id, want_later), 0);
+	ck_assert_int_eq(kairos_reset_at(k, earlier.id, want_earlier), 0);
+	ck_assert_int_eq(kairos_reset_at(k, past.id, now - T_MS), 0);
+	ck_assert_int_eq(kairos_reset_at(k, 0, now), -EINVAL);
+	ck_assert_int_eq(kairos_reset_at(NULL, later.id, now), -EINVAL);
+	t_wait_fired(3);
+	ck_assert_uint_ge(t_u64(&later.first_ns), want_later);
+	ck_assert_uint_ge(t_u64(&earlier.first_ns), want_earlier);
+	/* Moved from 10 s to the past: it ran long before its old deadline. */
+	ck_assert_uint_lt(t_u64(&past.first_ns), now + 5 * T_SEC);
+	ck_assert_int_eq(kairos_reset_at(k, later.id, now + T_SEC), -ENOENT);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_reset_at(k, later.id, now), -ESHUTDOWN);
+}
+END_TEST
+
+START_TEST(test_reset_earlier)
+{
+	enum { N = 100 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer tm[N];
+	uint64_t seed = t_seed(4), want[N], start;
+
+	/* Checked afterwards: the callback only knows the old deadline. */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm_fn(k, &tt, &tm[i], 5 * T_SEC, t_cb, false), 0);
+	start = t_now(k);
+	for (int i = 0; i < N; i++) {
+		uint64_t d = T_MS + t_rand_below(&seed, 20 * T_MS);
+		uint64_t before = t_now(k);
+
+		ck_assert_int_eq(kairos_reset(k, tm[i].id, d), 0);
+		want[i] = before + d;
+	}
+	t_wait_fired(N);
+	for (int i = 0; i < N; i++) {
+		uint64_t at = t_u64(&tm[i].first_ns);
+
+		ck_assert_msg(at >= want[i],
+			      "timer %d fired %" PRIu64 " ns before its new deadline", i,
+			      want[i] - at);
+		/* Earlier for real: long before the old 5 s deadline. */
+		ck_assert_msg(at - start < 2 * T_SEC, "timer %d fired at the old deadline", i);
+	}
+	t_check_calls(&tt, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* Earlier, later, earlier again, at random moments, from two threads. */
+struct t_reset_mix {
+	struct kairos *k;
+	struct t_timer *tm;
+	uint64_t *want;		/* the deadline of the last reset that returned 0 */
+	int *rc;
+	int lo, hi;
+	uint64_t seed;
+};
+
+static void *t_reset_mix_thread(void *arg)
+{
+	struct t_reset_mix *m = arg;
+
+	for (int round = 0; round < 3; round++) {
+		for (int i = m->lo; i < m->hi; i++) {
+			uint64_t d = T_MS + t_rand_below(&m->seed, 40 * T_MS);
+			uint64_t before = 0;
+			int r;
+
+			if (m->rc[i] != 0)
+				continue;
+			kairos_now(m->k, &before);
+			r = kairos_reset(m->k, m->tm[i].id, d);
+			if (r == 0)
+				m->want[i] = before + d;
+			else if (r == -ENOENT)
+				m->rc[i] = r;
+			else
+				atomic_fetch_add(&tt.bad, 1);
+			if (t_rand_below(&m->seed, 16) == 0)
+				t_sleep_ns(t_rand_below(&m->seed, T_MS));
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_reset_random)
+{
+	enum { N = 1000 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	uint64_t *want = calloc(N, sizeof(*want)), seed = t_seed(5);
+	int *rc = calloc(N, sizeof(*rc));
+	struct t_reset_mix m[2];
+	pthread_t th[2];
+
+	ck_assert_ptr_nonnull(tm);
+	ck_assert_ptr_nonnull(want);
+	ck_assert_ptr_nonnull(rc);
+	for (int i = 0; i < N; i++) {
+		uint64_t d = 5 * T_MS + t_rand_below(&seed, 35 * T_MS);
+
+		ck_assert_int_eq(t_arm_fn(k, &tt, &tm[i], d, t_cb, false), 0);
+		want[i] = tm[i].deadline;
+	}
+	for (int i = 0; i < 2; i++) {
+		m[i] = (struct t_reset_mix){ .k = k, .tm = tm, .want = want, .rc = rc,
+					     .lo = i * N / 2, .hi = (i + 1) * N / 2,
+					     .seed = t_seed(50 + (uint64_t)i) };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, t_reset_mix_thread, &m[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	t_wait_fired(N);
+	/*
+	 * A timer fires at the deadline of its last successful reset, not
+	 * before; one whose reset found it firing keeps the deadline it had.
+	 */
+	for (int i = 0; i < N; i++) {
+		uint64_t at = t_u64(&tm[i].first_ns);
+
+		ck_assert_int_eq(tm[i].runs, 1);
+		ck_assert_msg(at >= want[i], "timer %d fired %" PRIu64 " ns early", i,
+			      want[i] - at);
+	}
+	t_check_calls(&tt, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	free(tm);
+	free(want);
+	free(rc);
+}
+END_TEST
+
+START_TEST(test_reset_after_end)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer f, c, p;
+
+	ck_assert_int_eq(t_arm(k, &tt, &f, 0), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &c, 10 * T_SEC), 0);
+	ck_assert_int_eq(t_arm_every(k, &tt, &p, 10 * T_SEC), 0);
+	t_wait_fired(1);
+	ck_assert_int_eq(t_cancel(k, &tt, &c), 0);
+	ck_assert_int_eq(t_cancel(k, &tt, &p), 0);
+	ck_assert_int_eq(kairos_reset(k, f.id, T_MS), -ENOENT);
+	ck_assert_int_eq(kairos_reset(k, c.id, T_MS), -ENOENT);
+	ck_assert_int_eq(kairos_reset(k, p.id, T_MS), -ENOENT);
+	/* A refused reset did not bring anything back. */
+	t_sleep_ms(20);
+	ck_assert_int_eq(f.runs, 1);
+	ck_assert_int_eq(c.runs + p.runs, 0);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+static void t_cb_reset_self(void *arg, kairos_id id, int status)
+{
+	struct t_self *s = arg;
+
+	t_cb(arg, id, status);
+	if (status <= 0 || t_int(&s->t.runs) != 1)
+		return;
+	s->rc_reset = kairos_reset(s->k, id, T_MS);
+	atomic_store(&s->done, 1);
+}
+
+START_TEST(test_reset_in_own_callback)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_self o = { .k = k }, p = { .k = k };
+	int runs;
+
+	ck_assert_int_eq(t_arm_fn(k, &tt, &o.t, T_MS, t_cb_reset_self, true), 0);
+	ck_assert_int_eq(t_arm_every_fn(k, &tt, &p.t, 5 * T_MS, t_cb_reset_self, true), 0);
+	ck_assert_int_eq(t_wait_int(&o.done, 1, T_WAIT_MS), 1);
+	ck_assert_int_eq(t_wait_int(&p.done, 1, T_WAIT_MS), 1);
+	/* A one-shot that is firing is not pending any more... */
+	ck_assert_int_eq(o.rc_reset, -ENOENT);
+	/* ... a periodic one is, but not while it runs. */
+	ck_assert_int_eq(p.rc_reset, -EBUSY);
+	/* The refused reset left the periodic timer on its schedule. */
+	ck_assert_int_ge(t_wait_int(&p.t.runs, 3, T_WAIT_MS), 3);
+	ck_assert_int_eq(t_cancel_sync(k, &tt, &p.t) == 0 || p.t.stopped, 1);
+	runs = t_int(&p.t.runs);
+	t_sleep_ms(20);
+	ck_assert_int_eq(t_int(&p.t.runs), runs);
+	ck_assert_int_eq(o.t.runs, 1);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_reset_periodic)
+{
+	struct kairos *k = t_create(NULL);
+	uint64_t before, t0;
+	struct t_timer p;
+
+	ck_assert_int_eq(t_arm_every_fn(k, &tt, &p, 200 * T_MS, t_cb, false), 0);
+	t0 = p.deadline - 200 * T_MS;
+	before = t_now(k);
+	ck_assert_int_eq(kairos_reset(k, p.id, 5 * T_MS), 0);
+	ck_assert_int_ge(t_wait_int(&p.runs, 2, T_WAIT_MS), 2);
+	ck_assert_int_eq(t_cancel_sync(k, &tt, &p) == 0 || p.stopped, 1);
+	/* The new deadline is the next run... */
+	ck_assert(t_u64(&p.at[0]) >= before + 5 * T_MS);
+	ck_assert_msg(t_u64(&p.at[0]) < t0 + 200 * T_MS,
+		      "the first run waited for the old deadline");
+	/* ... and the period continues from there. */
+	ck_assert(t_u64(&p.at[1]) >= before + 205 * T_MS);
+	t_check_calls(&tt, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_reset_storm)
+{
+	enum { N = 100000, ROUNDS = 6 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	uint64_t seed = t_seed(6), rss1 = 0, rss2;
+	struct kairos_stats s;
+
+	ck_assert_ptr_nonnull(tm);
+	for (int i = 0; i < N; i++) {
+		uint64_t d = 20 * T_SEC + t_rand_below(&seed, 10 * T_SEC);
+
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
+	}
+	/* Earlier and later, 5 s to 35 s out: every one is still pending. */
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < N; i++) {
+			uint64_t d = 5 * T_SEC + t_rand_below(&seed, 30 * T_SEC);
+			int rc = kairos_reset(k, tm[i].id, d);
+
+			if (rc != 0)
+				ck_assert_msg(0, "reset %d of timer %d: %d", r, i, rc);
+		}
+		if (r == 1)
+			rss1 = t_rss();
+	}
+	rss2 = t_rss();
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	ck_assert_uint_eq(s.pending, N);
+	/* Moving deadlines allocates nothing that stays. */
+	if (!T_SANITIZED)
+		ck_assert_msg(rss2 < rss1 + 16 * 1024 * 1024,
+			      "RSS grew by %" PRIu64 " KiB over %d rounds of resets",
+			      (rss2 - rss1) / 1024, ROUNDS - 2);
+	for (int i = 0; i < N; i++) {
+		int rc = t_cancel(k, &tt, &tm[i]);
+
+		if (rc != 0)
+			ck_assert_msg(0, "cancel of timer %d: %d", i, rc);
+	}
+	s = t_check_identity(k, &tt);
+	ck_assert_uint_eq(s.pending, 0);
+	ck_assert_uint_eq(s.cancelled, N);
+	t_check_calls(&tt, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	free(tm);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("reset");
+	TCase *tc = tcase_create("reset");
+
+	tcase_add_checked_fixture(tc, t_setup, NULL);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_reset_later);
+	tcase_add_test(tc, test_reset_at);
+	tcase_add_test(tc, test_reset_earlier);
+	tcase_add_test(tc, test_reset_random);
+	tcase_add_test(tc, test_reset_after_end);
+	tcase_add_test(tc, test_reset_in_own_callback);
+	tcase_add_test(tc, test_reset_periodic);
+	tcase_add_test(tc, test_reset_storm);
+	suite_add_tcase(s, tc);
+	return t_main(s, "reset");
+}
