@@ -9,8 +9,7 @@
  * saw the service alive finishes before kairos_destroy() tears it down; and
  * no call takes a lock.
  */
-#define _LGPL_SOURCE
-#include <urcu-bp.h>
+#include "rcu.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -13,8 +13,7 @@
  * eventfd; all others wait for the next pass.  Nothing is polled: an idle
  * shard sleeps with its timerfd disarmed.
  */
-#define _LGPL_SOURCE
-#include <urcu-bp.h>
+#include "rcu.h"
 
 #include <errno.h>
 #include <limits.h>

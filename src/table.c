@@ -15,8 +15,7 @@
  * back on the free stack.  Every API call that touches a record holds
  * rcu_read_lock() from lookup to its last access.
  */
-#define _LGPL_SOURCE
-#include <urcu-bp.h>
+#include "rcu.h"
 
 #include <errno.h>
 #include <limits.h>
