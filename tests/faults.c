@@ -183,12 +183,12 @@ START_TEST(test_faults_running_allocations)
 	kairos_config_default(&c);
 	c.shards = 1;
 	ck_assert_int_eq(kairos_create(&c, &k), 0);
+	t_timer_init(&tm, &tt, 0, 0);
 	/* The first arm maps the shard's first chunk of records. */
 	atomic_store(&fault_countdown, 1);
 	ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), -ENOMEM);
 	ck_assert_uint_eq(atomic_exchange(&fault_countdown, 0), 0);
 	/* A periodic timer needs its chunk's period array. */
-	t_timer_init(&tm, &tt, 0, 0);
 	ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), 0);
 	ck_assert_int_eq(kairos_cancel(k, id), 0);
 	atomic_store(&fault_countdown, 1);
