@@ -363,6 +363,94 @@ START_TEST(test_reset_storm)
 }
 END_TEST
 
+/*
+ * kairos_reset_n() moves every listed timer to one new deadline: none fires
+ * before it, each fires once, and the results say which ids were live.
+ */
+START_TEST(test_reset_n_moves_all)
+{
+	enum { N = 1000, DEAD = 10 };
+	struct kairos *k = t_create(NULL);
+	struct t_timer *tm = calloc(N + DEAD, sizeof(*tm));
+	kairos_id ids[N + DEAD + 1];
+	int results[N + DEAD + 1];
+	uint64_t before;
+
+	ck_assert_ptr_nonnull(tm);
+	/* DEAD timers that end before the batch: their ids are stale by then. */
+	for (int i = N; i < N + DEAD; i++) {
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 0), 0);
+		ids[i] = tm[i].id;
+	}
+	t_wait_fired(DEAD);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 400 * T_MS), 0);
+		ids[i] = tm[i].id;
+	}
+	ids[N + DEAD] = 0;
+	before = t_now(k);
+	for (int i = 0; i < N; i++)
+		tm[i].base = before + 800 * T_MS;	/* the new deadline: never before it */
+	for (int i = 0; i <= N + DEAD; i++)
+		results[i] = 12345;
+	ck_assert_int_eq(kairos_reset_n(k, ids, N + DEAD + 1, 800 * T_MS, results), N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(results[i], 0);
+	for (int i = N; i < N + DEAD; i++)
+		ck_assert_int_eq(results[i], -ENOENT);
+	ck_assert_int_eq(results[N + DEAD], -EINVAL);
+	t_sleep_ms(600);
+	ck_assert_uint_eq(t_u64(&tt.fired), DEAD);	/* the 400 ms deadline is gone */
+	t_wait_fired(N + DEAD);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_int(&tm[i].runs), 1);
+		ck_assert_uint_ge(t_u64(&tm[i].first_ns), before + 800 * T_MS);
+	}
+	/* Earlier too, and without a results array. */
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 60 * T_SEC), 0);
+		ids[i] = tm[i].id;
+	}
+	before = t_now(k);
+	for (int i = 0; i < N; i++)
+		tm[i].base = before + 5 * T_MS;
+	ck_assert_int_eq(kairos_reset_n(k, ids, N, 5 * T_MS, NULL), N);
+	t_wait_fired(2 * N + DEAD);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	free(tm);
+}
+END_TEST
+
+/* Call-level errors move nothing and leave the results alone. */
+START_TEST(test_reset_n_errors)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer t;
+	kairos_id id;
+	int result = 12345;
+
+	ck_assert_int_eq(t_arm(k, &tt, &t, 60 * T_SEC), 0);
+	id = t.id;
+	ck_assert_int_eq(kairos_reset_n(NULL, &id, 1, T_MS, &result), -EINVAL);
+	ck_assert_int_eq(kairos_reset_n(k, NULL, 1, T_MS, &result), -EINVAL);
+	ck_assert_int_eq(kairos_reset_n(k, &id, (unsigned)INT_MAX + 1, T_MS, &result), -EINVAL);
+	ck_assert_int_eq(kairos_reset_n(k, &id, 1, UINT64_MAX, &result), -EOVERFLOW);
+	ck_assert_int_eq(result, 12345);
+	ck_assert_int_eq(kairos_reset_n(k, NULL, 0, T_MS, NULL), 0);
+	ck_assert_int_eq(kairos_reset_n(k, &id, 0, T_MS, &result), 0);
+	ck_assert_int_eq(result, 12345);
+	/* The timer was never moved: it is still 60 s out, and cancels. */
+	ck_assert_int_eq(t_cancel(k, &tt, &t), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_reset_n(k, &id, 1, UINT64_MAX, &result), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_reset_n(k, NULL, 1, T_MS, &result), -ESHUTDOWN);
+	ck_assert_int_eq(result, 12345);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reset");
@@ -378,6 +466,8 @@ int main(void)
 	tcase_add_test(tc, test_reset_in_own_callback);
 	tcase_add_test(tc, test_reset_periodic);
 	tcase_add_test(tc, test_reset_storm);
+	tcase_add_test(tc, test_reset_n_moves_all);
+	tcase_add_test(tc, test_reset_n_errors);
 	suite_add_tcase(s, tc);
 	return t_main(s, "reset");
 }

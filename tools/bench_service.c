@@ -22,6 +22,10 @@
  *   push-later (reset_at)  then kairos_reset_at() of each to a further
  *                     U[1, 1000] ms: the same push for a caller that knows
  *                     the time, with no clock read in the loop.
+ *   push-later (reset_n, 64)  then kairos_reset_n() of the same order, 64
+ *                     ids a call, each call to the latest deadline of its
+ *                     64 + U[1, 1000] ms: one clock read a call, records
+ *                     loaded ahead (the cost is per timer).
  *   push-earlier      then kairos_reset() of each (random order) to 2 ms +
  *                     U[1, 1000] ms before that: still seconds away.
  *   cancel            then kairos_cancel() of each (random order); every one
@@ -137,6 +141,7 @@ enum sb_row {
 	SB_ARM,
 	SB_LATER,
 	SB_LATER_AT,
+	SB_LATER_N,
 	SB_EARLIER,
 	SB_CANCEL,
 	SB_FLOOR,
@@ -178,6 +183,7 @@ static const struct sb_row_info {
 	[SB_ARM] = { "arm", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
 	[SB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, SB_LE, 30 },
 	[SB_LATER_AT] = { "push-later (reset_at)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LATER_N] = { "push-later (reset_n, 64)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EARLIER] = { "push-earlier", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
 	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
@@ -502,6 +508,36 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 	return (double)(t1 - t0) / (double)n;
 }
 
+#define SB_BATCH	64u	/* ids per kairos_reset_n() call */
+
+/*
+ * N pushes in list order through kairos_reset_n(), SB_BATCH ids a call:
+ * call b moves its ids to op_abs[b * SB_BATCH] (the batch's target, made the
+ * latest of its lower bounds + a push), as a delay from a clock reading
+ * taken just before the call.  Sets lo[] to that reading + the delay.
+ */
+static double sb_reset_n_all(struct kairos *k, struct sb_lists *l)
+{
+	const kairos_id *id = l->op_id;
+	size_t n = l->n;
+	uint64_t t0, t1;
+	int moved = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i += SB_BATCH) {
+		unsigned m = (unsigned)(n - i < SB_BATCH ? n - i : SB_BATCH);
+		uint64_t now = bench_now_ns(), delay = l->op_abs[i] - now;
+
+		moved += kairos_reset_n(k, &id[i], m, delay, NULL);
+		for (unsigned j = 0; j < m; j++)
+			l->lo[l->order[i + j]] = now + delay;
+	}
+	t1 = bench_now_ns();
+	if ((size_t)moved != n)
+		bench_die("push-later (reset_n): %d of %zu moved", moved, n);
+	return (double)(t1 - t0) / (double)n;
+}
+
 /*
  * N kairos_reset_at() calls in list order, op i to op_abs[i]: the caller
  * knows the time, so no clock is read inside the loop.
@@ -656,6 +692,21 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
 	row[SB_LATER_AT] = sb_reset_at_all(k, l);
 	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-later (reset_at)");
+
+	/* Later again, in batches: each batch to the latest of its lower bounds + a push. */
+	sb_op_ids(l, r);
+	for (size_t i = 0; i < n; i += SB_BATCH) {
+		uint64_t target = 0;
+
+		for (size_t j = i; j < n && j < i + SB_BATCH; j++)
+			if (l->lo[l->order[j]] > target)
+				target = l->lo[l->order[j]];
+		l->op_abs[i] = target + sb_push(r);
+	}
+	sb_progress(n, label, "push-later (reset_n, 64)");
+	row[SB_LATER_N] = sb_reset_n_all(k, l);
+	bench_settle();
+	sb_expect(k, 2 * n, n, n, "push-later (reset_n)");
 
 	/*
 	 * Earlier than the earliest each deadline can be, by 2 ms + U[1, 1000]

@@ -270,6 +270,25 @@ int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns);
 int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns);
 
 /*
+ * kairos_reset_n - kairos_reset() of each of the @n timers in @ids, all to
+ * the same now + @delay_ns, with one clock read for the batch and the next
+ * records loaded while the current one is reset: for an event loop that
+ * handles many connections per wake-up.
+ * @results: NULL, or an array of @n that receives each timer's own
+ *           kairos_reset() result (0, -ENOENT, -EBUSY, or -EINVAL for an
+ *           id of 0)
+ *
+ * Context: as kairos_reset(); holds no lock, and it may spin for a few
+ * instructions per timer that another thread is resetting at that moment.
+ * Return: how many timers were moved (>= 0); -EINVAL for a NULL @k, a NULL
+ * @ids with @n > 0 or an @n above INT_MAX; -EOVERFLOW when now + @delay_ns
+ * overflows; -ESHUTDOWN after kairos_destroy().  On these errors no timer
+ * is moved and @results is not written.
+ */
+int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n, uint64_t delay_ns,
+		   int *results);
+
+/*
  * kairos_now - reads the service clock (the configured clockid), in ns.
  *
  * Context: any thread; does not block.
