@@ -5,9 +5,11 @@
  * Who touches what:
  *  - A shard's wheel, its timerfd arming and its expiry loop belong to the
  *    shard thread alone.
- *  - Any thread allocates records from a shard's pool (a lock-free stack),
- *    changes a record's state word with CAS, and posts records to the shard's
- *    inbox (a lock-free stack the shard takes whole).
+ *  - Any thread takes free records from a shard's pool (a lock-free stack
+ *    of bundles, one bundle per thread at a time: thread.c), changes a
+ *    record's state word with CAS, and posts records to the shard's inbox
+ *    (a lock-free stack the shard takes whole).  Arms and cancels are
+ *    counted in the calling thread's own state.
  *  - Workers take expired records from the shard's delivery queue (a list
  *    linked through the records themselves, so delivery never allocates,
  *    under a mutex taken once per batch, never by the hot arm/cancel/reset
@@ -112,7 +114,12 @@ struct rec {
 	_Atomic uint64_t state;
 	kairos_fn fn;
 	void *arg;
-	struct rec *inbox_next;		/* link on the inbox; written before the push */
+	/*
+	 * Link on the inbox (written before the push), on the retired list,
+	 * or, for the first record of a free bundle, on the free stack.  The
+	 * records of a free bundle are chained through wt.link.next.
+	 */
+	struct rec *inbox_next;
 } __attribute__((aligned(CACHELINE)));
 
 /*
@@ -227,12 +234,15 @@ void backend_fallback(struct shard *s, int err);
 /* ---- shard ----------------------------------------------------------------- */
 struct kairos;
 
+/*
+ * Written by the shard thread and its workers only: arms and cancels count
+ * in the calling threads' own state (thread.c), and pending is derived.
+ */
 struct shard_stats {
-	_Atomic uint64_t armed;
 	_Atomic uint64_t fired;
-	_Atomic uint64_t cancelled;
+	_Atomic uint64_t finished;	/* one-shot callbacks that returned */
+	_Atomic uint64_t cancelled;	/* periodic timers stopped while running */
 	_Atomic uint64_t drained;
-	_Atomic uint64_t pending;
 	_Atomic uint64_t periodic_runs;
 	_Atomic uint64_t early;
 	_Atomic uint64_t wakeups;
@@ -246,16 +256,20 @@ struct shard {
 	/*
 	 * The tick the shard sleeps until (its timerfd), or 0 while it is awake
 	 * and will look at the inbox before sleeping again.  A poster whose
-	 * deadline is earlier wakes it.
+	 * deadline is earlier wakes it.  SLEEP_FAR is set when that tick is
+	 * more than SHARD_FLUSH_NS away: a post then wakes the shard, so that
+	 * no post waits longer than that for the shard to take it.
 	 */
 	_Atomic uint64_t sleep_tick;
 	_Atomic int wake_pending;
 
 	/*
-	 * Free records, a Treiber stack linked through inbox_next.  No ABA tag
-	 * is needed: pops happen inside RCU read-side sections and a popped
-	 * record comes back only after a grace period, so the head cannot
-	 * return to a record a slow popper still holds.
+	 * Free records in bundles of up to BUNDLE_RECS: a Treiber stack of
+	 * bundle heads linked through inbox_next, each bundle linked through
+	 * wt.link.next.  No ABA tag is needed: pops happen inside RCU read-side
+	 * sections and a popped bundle comes back only after a grace period
+	 * (through the reclaimer), so the head cannot return to a record a slow
+	 * popper still holds.
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
@@ -274,6 +288,7 @@ struct shard {
 	struct rec *dfirst, *dlast;	/* this pass's expired records, for the workers */
 	size_t dlen;
 	unsigned checks;		/* passes since the last wheel_check (debug builds) */
+	uint64_t flush_ticks;		/* SHARD_FLUSH_NS in ticks, at least 1 */
 
 	struct kairos *k;
 	unsigned index;
@@ -309,6 +324,16 @@ struct kairos {
 	enum kairos_backend backend;	/* after $KAIROS_BACKEND (backend.c) */
 	const char *backend_why;
 	_Atomic uint64_t total_pending;	/* kept only when cfg.max_timers is set */
+	/*
+	 * The calling threads' state (thread.c): those on the list, and the
+	 * counts of those that left or could not join.  Under thr_lock.
+	 */
+	pthread_mutex_t thr_lock;
+	struct tstate *threads;
+	struct {
+		_Atomic uint64_t armed;
+		_Atomic uint64_t cancelled;
+	} base;
 	_Atomic uint64_t rejected;
 
 	pthread_t reclaimer;
@@ -338,8 +363,61 @@ extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
 extern _Thread_local struct shard *tls_shard KAIROS_HIDDEN;	/* on a shard thread */
 extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
 
+/* ---- a calling thread's state (thread.c) -----------------------------------
+ * One per thread, for the service it called last; see thread.c.  Other
+ * threads read the counters (kairos_stats) and, under thr_lock, take it off
+ * the service's list (kairos_destroy); the rest is the thread's own.
+ */
+#define BUNDLE_RECS	64	/* free records a thread takes from a shard at once */
+
+struct tstate {
+	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
+	struct shard *s;		/* the shard it arms on */
+	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
+	_Atomic uint64_t armed;		/* single writer: this thread */
+	_Atomic uint64_t cancelled;
+	struct tstate *next, *prev;	/* on k->threads, under k->thr_lock */
+};
+
+extern __thread struct tstate tls_ts __attribute__((tls_model("initial-exec"))) KAIROS_HIDDEN;
+
+struct tstate *ts_attach(struct kairos *k);
+struct shard *ts_pick(struct kairos *k);
+void ts_detach_all(struct kairos *k);
+void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled);
+void ts_lock(struct kairos *k);
+void ts_unlock(struct kairos *k);
+void ts_forget(void);
+
+/*
+ * This thread's state on @k, joining @k first if need be; NULL when it
+ * cannot (see ts_attach()).  Call outside any read-side section: the slow
+ * path takes locks.  A state that destroy takes away meanwhile is never
+ * used, because every use is inside a section that checked @k alive.
+ */
+static inline struct tstate *ts_for(struct kairos *k)
+{
+	if (__builtin_expect(atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k, 1))
+		return &tls_ts;
+	return ts_attach(k);
+}
+
+/* A count only its thread writes: a plain add, published by a release store. */
+static inline void ts_bump(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_release);
+}
+
+static inline uint64_t ts_read(_Atomic uint64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_acquire);
+}
+
 /* table.c: record pools, lookup by id, reclamation. */
-int table_alloc(struct kairos *k, struct shard *s, struct rec **out, uint32_t *index);
+int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
+		uint32_t *index);
+void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 struct rec_period *table_period(struct shard *s, uint32_t index);
 uint32_t table_index(struct shard *s, const struct rec *r);
@@ -350,6 +428,18 @@ void table_free(struct shard *s);
 
 /* shard.c */
 #define SHARD_POST_LIMIT	65536	/* posts a shard may be behind; see shard_post() */
+/*
+ * The longest a post waits for its shard to take it: a cancelled record
+ * reaches its shard (and then the reclaimer) within this, however idle the
+ * shard.  See shard_post().
+ */
+#define SHARD_FLUSH_NS		(10 * 1000000ull)
+#define SLEEP_FAR		(UINT64_C(1) << 63)	/* in sleep_tick; ticks stay below */
+
+static inline uint64_t sleep_tick_of(uint64_t sleep)
+{
+	return sleep & ~SLEEP_FAR;
+}
 int shard_new(struct kairos *k, unsigned index, struct shard **out);
 void shard_free(struct shard *s);
 int shard_start(struct shard *s);

@@ -94,6 +94,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
 	urcu_bp_after_fork_child();
+	ts_forget();
 	for (struct kairos *k = live_list; k; k = k->list_next)
 		atomic_store_explicit(&k->dead, 1, memory_order_relaxed);
 	svc_lock_drop();
@@ -237,7 +238,9 @@ static uint64_t teardown(struct kairos *k, int how)
 		shard_drain(k, k->shards[i], how, &drained);
 	table_reclaimer_stop(k);
 	/* Nothing runs any more: these are the service's last counters. */
+	ts_lock(k);
 	stats_collect(k, &k->final);
+	ts_unlock(k);
 	for (unsigned i = 0; i < k->nshards; i++)
 		shard_free(k->shards[i]);
 	free(k->shards);
@@ -258,6 +261,8 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	if (!k)
 		return -ENOMEM;
 	memset(k, 0, sizeof(*k));
+	if (pthread_mutex_init(&k->thr_lock, NULL))
+		kairos_die("pthread_mutex_init");	/* cannot fail with default attributes */
 	if (cfg)
 		k->cfg = *cfg;
 	else
@@ -295,6 +300,7 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	*out = k;
 	return 0;
 fail:
+	pthread_mutex_destroy(&k->thr_lock);
 	free(k->shards);
 	free(k);
 	return rc;
@@ -318,6 +324,8 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	service_event(k);
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
+	/* No call can use a thread's state now: fold the counts, drop the records. */
+	ts_detach_all(k);
 	drained = teardown(k, how);
 	/* Release: the final counters before the flag that publishes them. */
 	atomic_store_explicit(&k->final_valid, 1, memory_order_release);
@@ -344,33 +352,6 @@ static int enter(struct kairos *k)
 static void leave(void)
 {
 	rcu_read_unlock();
-}
-
-/*
- * The shard a thread arms on: the one of the CPU it ran on when it first
- * armed on this service, kept per thread.  A thread that the scheduler moves
- * keeps arming on the same shard, so the records it cancels come back to the
- * pool it takes from; choosing by the current CPU on every arm made a
- * migrating thread grow a second pool (and skipped a sched_getcpu() per arm).
- */
-static _Thread_local struct kairos *tls_pick_k;
-static _Thread_local unsigned tls_pick;
-
-static struct shard *pick_shard(struct kairos *k)
-{
-	int cpu;
-
-	if (k->nshards == 1)
-		return k->shards[0];
-	/* A shard thread's inline callbacks arm on their own shard. */
-	if (tls_shard && tls_shard->k == k)
-		return tls_shard;
-	if (tls_pick_k != k) {
-		cpu = sched_getcpu();
-		tls_pick = (unsigned)(cpu < 0 ? 0 : cpu) % k->nshards;
-		tls_pick_k = k;
-	}
-	return k->shards[tls_pick];
 }
 
 /* Reserves a place under max_timers; false (and counted) when full. */
@@ -426,8 +407,8 @@ static void arm_backoff(struct kairos *k, unsigned index)
 }
 
 /* Arms a timer for @deadline_ns; called inside the read-side section. */
-static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint64_t slack_ns,
-	       kairos_fn fn, void *arg, kairos_id *out, bool *behind)
+static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
+	       uint64_t slack_ns, kairos_fn fn, void *arg, kairos_id *out, unsigned *behind)
 {
 	struct shard *s;
 	struct rec *r;
@@ -437,8 +418,8 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint6
 
 	if (!reserve(k))
 		return -EAGAIN;
-	s = pick_shard(k);
-	rc = table_alloc(k, s, &r, &index);
+	s = t ? t->s : ts_pick(k);
+	rc = table_alloc(k, s, t, &r, &index);
 	if (rc) {
 		if (k->cfg.max_timers)
 			atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
@@ -470,11 +451,15 @@ static int arm(struct kairos *k, uint64_t deadline_ns, uint64_t period_ns, uint6
 	atomic_store_explicit(&r->state,
 			      st_with(st, ST_PENDING) | ST_QUEUED | (period_ns ? ST_PERIODIC : 0),
 			      memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->stats.armed, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->stats.pending, 1, memory_order_relaxed);
+	/* Counted before the post's release: whoever ends it sees the count. */
+	if (t)
+		ts_bump(&t->armed);
+	else
+		atomic_fetch_add_explicit(&k->base.armed, 1, memory_order_release);
 	if (out)
 		*out = id_make(st_gen(st), s->index, index);
-	*behind = shard_post(s, r, tick);
+	if (shard_post(s, r, tick))
+		*behind = s->index + 1;
 	return 0;
 }
 
@@ -490,12 +475,14 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		     uint64_t slack_ns, kairos_fn fn, void *arg, kairos_id *out)
 {
 	uint64_t deadline = t_ns;
-	bool behind = false;
-	unsigned index = 0;
+	unsigned behind = 0;	/* 1 + the index of a shard far behind */
+	struct tstate *t;
 	int rc;
 
 	if (!k)
 		return -EINVAL;
+	/* The thread's state is joined outside the section (it may lock). */
+	t = atomic_load_explicit(&k->dead, memory_order_relaxed) ? NULL : ts_for(k);
 	rc = enter(k);
 	if (rc)
 		return rc;
@@ -505,13 +492,11 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
-		rc = arm(k, deadline, period_ns, slack_ns, fn, arg, out, &behind);
-		if (!rc && behind)
-			index = pick_shard(k)->index;
+		rc = arm(k, t, deadline, period_ns, slack_ns, fn, arg, out, &behind);
 	}
 	leave();
 	if (behind)
-		arm_backoff(k, index);
+		arm_backoff(k, behind - 1);
 	return rc;
 }
 
@@ -608,8 +593,11 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 							  memory_order_acquire))
 			break;
 	}
-	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
+	/* This thread's own count when it is on @k, else the shared one. */
+	if (atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k)
+		ts_bump(&tls_ts.cancelled);
+	else
+		atomic_fetch_add_explicit(&k->base.cancelled, 1, memory_order_release);
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 	/*
@@ -641,6 +629,8 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	uint64_t seen;
 	int rc;
 
+	if (k && !atomic_load_explicit(&k->dead, memory_order_relaxed))
+		(void)ts_for(k);	/* so that the count is this thread's own */
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
@@ -787,7 +777,8 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(held & ST_QUEUED))
 		(void)shard_post(s, r, tick);
-	else if (earlier && tick < atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst))
+	else if (earlier &&
+		 tick < sleep_tick_of(atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst)))
 		shard_wake(s);
 	return 0;
 }
@@ -887,10 +878,15 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 	return 0;
 }
 
-/* Adds up every shard's counters into @out. */
+/*
+ * Adds up every shard's and every calling thread's counters into @out.  Call
+ * with thr_lock held (ts_lock()), inside the read-side section or after the
+ * shards have stopped.  What ended is read before what was armed, so the
+ * derived pending count never goes below 0.
+ */
 static void stats_collect(struct kairos *k, struct kairos_stats *out)
 {
-	uint64_t bucket[LAT_BUCKETS] = { 0 }, total = 0;
+	uint64_t bucket[LAT_BUCKETS] = { 0 }, total = 0, finished = 0, armed, cancelled;
 
 	memset(out, 0, sizeof(*out));
 	out->shards = k->nshards;
@@ -899,11 +895,11 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 		struct shard *s = k->shards[i];
 		uint64_t max;
 
-		out->armed += atomic_load_explicit(&s->stats.armed, memory_order_relaxed);
+		/* Acquire pairs with the enders' release: their arms are counted. */
+		finished += atomic_load_explicit(&s->stats.finished, memory_order_acquire);
 		out->fired += atomic_load_explicit(&s->stats.fired, memory_order_relaxed);
-		out->cancelled += atomic_load_explicit(&s->stats.cancelled, memory_order_relaxed);
-		out->drained += atomic_load_explicit(&s->stats.drained, memory_order_relaxed);
-		out->pending += atomic_load_explicit(&s->stats.pending, memory_order_relaxed);
+		out->cancelled += atomic_load_explicit(&s->stats.cancelled, memory_order_acquire);
+		out->drained += atomic_load_explicit(&s->stats.drained, memory_order_acquire);
 		out->periodic_runs += atomic_load_explicit(&s->stats.periodic_runs, memory_order_relaxed);
 		out->early += atomic_load_explicit(&s->stats.early, memory_order_relaxed);
 		out->wakeups += atomic_load_explicit(&s->stats.wakeups, memory_order_relaxed);
@@ -918,6 +914,16 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 		if (max > out->lateness_max_ns)
 			out->lateness_max_ns = max;
 	}
+	ts_sum(k, &armed, &cancelled);
+	out->armed = armed;
+	out->cancelled += cancelled;
+	/*
+	 * Pending is what was armed and has not ended: a one-shot ends when its
+	 * callback returns, so it is pending (and fired) while the callback runs.
+	 */
+	out->pending = armed - out->cancelled - out->drained - finished;
+	if (out->pending > armed)
+		out->pending = 0;	/* cannot happen: see above */
 	/* A bucket's upper bound can pass the largest sample actually seen. */
 	out->lateness_p50_ns = lat_percentile(bucket, total, 0.50);
 	if (out->lateness_p50_ns > out->lateness_max_ns)
@@ -947,8 +953,21 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 		leave();
 		return -EINVAL;
 	}
-	stats_collect(k, out);
 	leave();
+	/*
+	 * thr_lock first, then the section: the lock is never taken inside
+	 * one.  Destroy cannot pass its synchronize_rcu() while this section
+	 * runs, and the lock keeps the thread list still.
+	 */
+	ts_lock(k);
+	rc = enter(k);
+	if (!rc) {
+		stats_collect(k, out);
+		leave();
+	}
+	ts_unlock(k);
+	if (rc)
+		return kairos_stats(k, out);	/* destroyed meanwhile: the final counters */
 	return 0;
 }
 

@@ -72,7 +72,15 @@ bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	 * until and wakes it.
 	 */
 	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
-	if (tick < sleep)
+	if (tick < sleep_tick_of(sleep))
+		goto wake;
+	/*
+	 * A shard asleep for longer than SHARD_FLUSH_NS is woken by the first
+	 * post (once: wake_pending), and then, while posts keep coming, sleeps
+	 * at most that long (shard_main()): no post waits longer, and a busy
+	 * poster costs no wake-up per call.
+	 */
+	if (sleep & SLEEP_FAR)
 		goto wake;
 	/*
 	 * Posts that need no early wake (a later deadline, a cancel) still
@@ -104,14 +112,14 @@ void shard_wake(struct shard *s)
 }
 
 /*
- * Ends record @r whose state word was @old: wakes cancel_sync waiters, counts
- * it out of pending, and retires it.  The caller counted how it ended.
+ * Ends record @r whose state word was @old: wakes cancel_sync waiters, gives
+ * back its place under max_timers, and retires it.  The caller counted how
+ * it ended (which takes it out of the derived pending count).
  */
 void shard_end(struct shard *s, struct rec *r, uint64_t old)
 {
 	if (old & ST_WAITERS)
 		service_event(s->k);
-	atomic_fetch_sub_explicit(&s->stats.pending, 1, memory_order_relaxed);
 	if (s->k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&s->k->total_pending, 1, memory_order_relaxed);
 	if (r->wt.where != WHEEL_NONE)
@@ -156,12 +164,13 @@ static void inbox_one(struct shard *s, struct rec *r)
 	}
 }
 
-static void inbox_drain(struct shard *s)
+/* Takes the whole inbox into the wheel; false when it was empty. */
+static bool inbox_drain(struct shard *s)
 {
 	struct rec *list, *rev = NULL;
 
 	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed))
-		return;
+		return false;
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
 	/*
@@ -187,6 +196,7 @@ static void inbox_drain(struct shard *s)
 		inbox_one(s, rev);
 		rev = next;
 	}
+	return true;
 }
 
 /* Queues one expired record for the workers (or runs it, inline). */
@@ -356,10 +366,13 @@ static void check_wheel(struct shard *s)
 #endif
 }
 
-/* One pass: inbox, clock, wheel, delivery, timer. Returns the next visit. */
-static uint64_t pass(struct shard *s)
+/*
+ * One pass: inbox, clock, wheel, delivery, timer.  Returns the next visit;
+ * *@posted tells whether the inbox had anything.
+ */
+static uint64_t pass(struct shard *s, bool *posted)
 {
-	inbox_drain(s);
+	*posted = inbox_drain(s);
 	s->now_ns = clock_now_ns(s->k->cfg.clock);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
 	expire(s);
@@ -384,11 +397,12 @@ static void *shard_main(void *arg)
 		return NULL;
 
 	while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
-		uint64_t next;
+		uint64_t next, sleep;
+		bool posted;
 		int ev;
 
 		atomic_store_explicit(&s->sleep_tick, 0, memory_order_seq_cst);
-		next = pass(s);
+		next = pass(s, &posted);
 		if (next <= s->wheel.curr) {
 			/* Only deferred records are due: their holders are mid-update. */
 			cpu_relax_n(&spins);
@@ -397,7 +411,13 @@ static void *shard_main(void *arg)
 		spins = 0;
 		if (next != UINT64_MAX)
 			arm_timer(s, next);
-		atomic_store_explicit(&s->sleep_tick, s->timer_tick, memory_order_seq_cst);
+		/* Posts are coming: look again within SHARD_FLUSH_NS (shard_post()). */
+		if (posted)
+			arm_timer(s, s->wheel.curr + s->flush_ticks);
+		sleep = s->timer_tick;
+		if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
+			sleep |= SLEEP_FAR;
+		atomic_store_explicit(&s->sleep_tick, sleep, memory_order_seq_cst);
 		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
 			continue;
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
@@ -438,6 +458,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->index = index;
 	s->epfd = -1;
 	s->timer_tick = UINT64_MAX;
+	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
 	if (pthread_mutex_init(&s->grow_lock, NULL) || pthread_mutex_init(&s->dq.lock, NULL) ||
 	    pthread_cond_init(&s->dq.cond, NULL))
 		kairos_die("pthread init");	/* cannot fail with default attributes */
@@ -522,7 +543,7 @@ static void drain_one(struct kairos *k, struct shard *s, struct rec *r, int how,
 	if (st != ST_PENDING && st != ST_FIRING)
 		kairos_die("drained record in an impossible state");
 	atomic_store_explicit(&r->state, st_with(old & ~ST_QUEUED, ST_DONE), memory_order_release);
-	atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
 	(*count)++;
 	if (how == KAIROS_DRAIN_NOTIFY)
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);

@@ -27,6 +27,9 @@
 #include "fault.h"
 #include "internal.h"
 
+static void table_retire_chain(struct kairos *k, struct shard *s, struct rec *first,
+			       struct rec *last);
+
 static struct rec *link_get(struct rec *r)
 {
 	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
@@ -35,6 +38,65 @@ static struct rec *link_get(struct rec *r)
 static void link_set(struct rec *r, struct rec *next)
 {
 	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
+}
+
+/* Pushes the chain @first..@last onto @head (a Treiber stack). */
+static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct rec *last)
+{
+	struct rec *old = atomic_load_explicit(head, memory_order_relaxed);
+
+	do {
+		link_set(last, old);
+		/* Release: the chain's links and states are visible to the popper. */
+	} while (!atomic_compare_exchange_weak_explicit(head, &old, first,
+							memory_order_release,
+							memory_order_relaxed));
+}
+
+/* The chain inside a free bundle (or a thread's part of one): private to its holder. */
+static struct rec *free_next(struct rec *r)
+{
+	return (struct rec *)(void *)r->wt.link.next;
+}
+
+static void free_set_next(struct rec *r, struct rec *next)
+{
+	r->wt.link.next = next ? &next->wt.link : NULL;
+}
+
+/*
+ * Cuts the chain @first (linked through inbox_next) into bundles of up to
+ * BUNDLE_RECS and pushes them all onto @s's free stack with one CAS.  The
+ * records must be unreachable by any popper (fresh, or past a grace period).
+ */
+static void bundles_push(struct shard *s, struct rec *first)
+{
+	struct rec *heads = NULL, *tail = NULL, *r = first;
+
+	while (r) {
+		struct rec *head = r;
+
+		for (unsigned n = 1;; n++) {
+			struct rec *next = link_get(r);
+
+			if (n == BUNDLE_RECS || !next) {
+				free_set_next(r, NULL);
+				r = next;
+				break;
+			}
+			free_set_next(r, next);
+			r = next;
+		}
+		/* Bundle heads in the order made, linked through inbox_next. */
+		link_set(head, NULL);
+		if (tail)
+			link_set(tail, head);
+		else
+			heads = head;
+		tail = head;
+	}
+	if (heads)
+		stack_push(&s->free_head, heads, tail);
 }
 
 static struct rec_chunk *chunk_of(const struct rec *r)
@@ -50,18 +112,6 @@ uint32_t table_index(struct shard *s, const struct rec *r)
 	return c->h.head.no << CHUNK_BITS | (uint32_t)((const struct rec *)r - &c->h.pad);
 }
 
-/* Pushes the chain @first..@last onto @head (a Treiber stack). */
-static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct rec *last)
-{
-	struct rec *old = atomic_load_explicit(head, memory_order_relaxed);
-
-	do {
-		link_set(last, old);
-		/* Release: the chain's links and states are visible to the popper. */
-	} while (!atomic_compare_exchange_weak_explicit(head, &old, first,
-							memory_order_release,
-							memory_order_relaxed));
-}
 
 /*
  * A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, straight from mmap
@@ -116,7 +166,7 @@ static int grow(struct kairos *k, struct shard *s)
 	/* Release: the chunk's contents before its pointer, for lookups. */
 	atomic_store_explicit(&s->chunk[no], c, memory_order_release);
 	atomic_store_explicit(&s->nchunks, no + 1, memory_order_release);
-	stack_push(&s->free_head, &c->recs[0], &c->recs[CHUNK_RECS - 2]);
+	bundles_push(s, &c->recs[0]);
 out:
 	if (pthread_mutex_unlock(&s->grow_lock))
 		kairos_die("pthread_mutex_unlock");
@@ -124,31 +174,58 @@ out:
 }
 
 /*
- * table_alloc - takes a free record of @s and gives it its next generation
- * (state FREE).  Call with rcu_read_lock held (the stack relies on it).
+ * Pops one bundle off @s's free stack, growing the pool when it is empty.
+ * Call with rcu_read_lock held (the stack relies on it).
  */
-int table_alloc(struct kairos *k, struct shard *s, struct rec **out, uint32_t *index)
+static struct rec *bundle_pop(struct kairos *k, struct shard *s, int *rc)
 {
-	struct rec *r, *next;
-	uint64_t st;
-	uint32_t gen;
+	struct rec *b, *next;
 
 	for (;;) {
 		/* Acquire pairs with the release of stack_push(). */
-		r = atomic_load_explicit(&s->free_head, memory_order_acquire);
-		while (r) {
-			next = link_get(r);
-			if (atomic_compare_exchange_weak_explicit(&s->free_head, &r, next,
+		b = atomic_load_explicit(&s->free_head, memory_order_acquire);
+		while (b) {
+			next = link_get(b);
+			if (atomic_compare_exchange_weak_explicit(&s->free_head, &b, next,
 								  memory_order_acquire,
 								  memory_order_acquire))
-				goto got;
+				return b;
 		}
-		int rc = grow(k, s);
+		*rc = grow(k, s);
+		if (*rc)
+			return NULL;
+	}
+}
 
-		if (rc)
+/*
+ * table_alloc - takes a free record of @s and gives it its next generation
+ * (state FREE).  With a thread state @t (whose shard is @s) the record comes
+ * from the bundle the thread holds, and the next one starts loading; without
+ * one, the rest of the bundle goes back through the reclaimer.  Call with
+ * rcu_read_lock held.
+ */
+int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
+		uint32_t *index)
+{
+	struct rec *r;
+	uint64_t st;
+	uint32_t gen;
+	int rc = 0;
+
+	r = t ? t->free : NULL;
+	if (!r) {
+		r = bundle_pop(k, s, &rc);
+		if (!r)
 			return rc;
 	}
-got:
+	if (t) {
+		t->free = free_next(r);
+		/* The next arm's record: its line loads while this one is filled. */
+		if (t->free)
+			__builtin_prefetch(t->free, 1);
+	} else if (free_next(r)) {
+		table_give_back(k, s, free_next(r));
+	}
 	st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	gen = st_gen(st) + 1;
 	if (gen == 0)
@@ -157,6 +234,23 @@ got:
 	*out = r;
 	*index = table_index(s, r);
 	return 0;
+}
+
+/*
+ * table_give_back - returns free records of @s that a thread took but did
+ * not use (@chain, linked through wt.link.next).  They go through the
+ * reclaimer like every ended record: a popper that read one of them as the
+ * stack's head must not see it come back before its section ends.
+ */
+void table_give_back(struct kairos *k, struct shard *s, struct rec *chain)
+{
+	struct rec *last = chain;
+
+	for (struct rec *r = chain; r; r = free_next(r)) {
+		link_set(r, free_next(r));
+		last = r;
+	}
+	table_retire_chain(k, s, chain, last);
 }
 
 /*
@@ -217,11 +311,18 @@ static void reclaim_kick(struct kairos *k)
  */
 void table_retire(struct kairos *k, struct shard *s, struct rec *r)
 {
+	table_retire_chain(k, s, r, r);
+}
+
+/* As table_retire(), for the chain @first..@last linked through inbox_next. */
+static void table_retire_chain(struct kairos *k, struct shard *s, struct rec *first,
+			       struct rec *last)
+{
 	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
 
 	do {
-		link_set(r, old);
-	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, r,
+		link_set(last, old);
+	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, first,
 							memory_order_release,
 							memory_order_relaxed));
 	/* The first record of a batch wakes the reclaimer; later ones ride along. */
@@ -245,15 +346,8 @@ static bool reclaim_pass(struct kairos *k)
 		return false;
 	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
-	for (unsigned i = 0; i < k->nshards; i++) {
-		struct rec *first = taken[i], *last = first;
-
-		if (!first)
-			continue;
-		while (link_get(last))
-			last = link_get(last);
-		stack_push(&k->shards[i]->free_head, first, last);
-	}
+	for (unsigned i = 0; i < k->nshards; i++)
+		bundles_push(k->shards[i], taken[i]);
 	return true;
 }
 

@@ -112,7 +112,7 @@ static void rearm(struct shard *s, struct rec *r, uint64_t old)
 			if (atomic_compare_exchange_weak_explicit(&r->state, &old, want,
 								  memory_order_acq_rel,
 								  memory_order_acquire)) {
-				atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_relaxed);
+				atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
 				shard_end(s, r, old);
 				return;
 			}
@@ -191,6 +191,8 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 	/* Release: the callback's effects before cancel_sync sees it ended. */
 	old = atomic_exchange_explicit(&r->state, st_with(old & ~ST_WAITERS, ST_DONE),
 				       memory_order_acq_rel);
+	/* Release: kairos_stats() that counts it sees its arm counted. */
+	atomic_fetch_add_explicit(&s->stats.finished, 1, memory_order_release);
 	shard_end(s, r, old);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "t_util.h"
+#include "internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Destroy                                                             */
@@ -551,6 +552,141 @@ START_TEST(test_lifecycle_fork_exec)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* What calling threads hold                                           */
+
+/*
+ * Free records of a one-shard service: walks the free stack's bundles.  Only
+ * while no thread takes records (the reclaimer may push meanwhile: pushes
+ * prepend, so a walk from the head seen stays on records that stay put).
+ */
+static uint64_t t_free_records(struct kairos *k)
+{
+	struct shard *s = k->shards[0];
+	uint64_t n = 0;
+
+	for (struct rec *b = atomic_load(&s->free_head); b;
+	     b = __atomic_load_n(&b->inbox_next, __ATOMIC_ACQUIRE))
+		for (struct wheel_link *l = &b->wt.link; l; l = l->next)
+			n++;
+	return n;
+}
+
+/*
+ * Waits until every record of @k's one shard is pending, free, or held by
+ * this thread to arm with: nothing is held by another thread, on the inbox
+ * or on its way through the reclaimer.
+ */
+static void t_wait_records_home(struct kairos *k, uint64_t pending)
+{
+	struct shard *s = k->shards[0];
+	uint64_t total = 0, free_n = 0, end = t_mono() + T_WAIT_MS * T_MS;
+
+	if (atomic_load(&tls_ts.k) == k)
+		for (struct rec *r = tls_ts.free; r; r = (struct rec *)(void *)r->wt.link.next)
+			pending++;
+	for (;;) {
+		total = (uint64_t)atomic_load(&s->nchunks) * (CHUNK_RECS - 1);
+		free_n = t_free_records(k);
+		if (free_n + pending == total || t_mono() > end)
+			break;
+		t_sleep_ms(5);
+	}
+	ck_assert_msg(free_n + pending == total,
+		      "%" PRIu64 " records: %" PRIu64 " free, %" PRIu64 " pending or ours, %" PRIu64
+		      " held elsewhere", total, free_n, pending, total - free_n - pending);
+}
+
+#define EXIT_THREADS	64
+#define EXIT_ARMS	3
+
+static struct kairos *exit_k;
+static struct t_timer exit_tm[EXIT_THREADS][EXIT_ARMS];
+
+static void *t_exit_thread(void *arg)
+{
+	struct t_timer *tm = arg;
+	kairos_id id;
+
+	for (int i = 0; i < EXIT_ARMS; i++)
+		if (t_arm(exit_k, &tt, &tm[i], 60 * T_SEC) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	/* One more, cancelled: the cancel counts in this thread's own state. */
+	if (kairos_arm(exit_k, 60 * T_SEC, t_cb_never, NULL, &id) != 0 ||
+	    kairos_cancel(exit_k, id) != 0)
+		atomic_fetch_add(&tt.bad, 1);
+	atomic_fetch_add(&tt.armed, 1);
+	atomic_fetch_add(&tt.cancelled, 1);
+	return NULL;
+}
+
+/*
+ * A thread takes free records a bundle at a time and counts its arms and
+ * cancels in its own state.  When it exits, its counts stay in the stats and
+ * its unused records go back to the pool: after 64 threads that each took a
+ * bundle and used four records, every record is pending or free again.
+ */
+START_TEST(test_lifecycle_thread_exit_hands_back)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	struct kairos_stats s;
+
+	for (int i = 0; i < EXIT_THREADS; i++) {
+		pthread_t th;
+
+		exit_k = k;
+		ck_assert_int_eq(pthread_create(&th, NULL, t_exit_thread, exit_tm[i]), 0);
+		pthread_join(th, NULL);
+	}
+	s = t_check_identity(k, &tt);
+	ck_assert_uint_eq(s.armed, EXIT_THREADS * (EXIT_ARMS + 1));
+	ck_assert_uint_eq(s.cancelled, EXIT_THREADS);
+	ck_assert_uint_eq(s.pending, EXIT_THREADS * EXIT_ARMS);
+	t_wait_records_home(k, EXIT_THREADS * EXIT_ARMS);
+	t_destroy(k, KAIROS_DRAIN_DROP, EXIT_THREADS * EXIT_ARMS);
+}
+END_TEST
+
+/*
+ * A cancel posts its record to the shard without waking it (a wake per
+ * cancel would cost a system call each), but not for long: a shard asleep
+ * further out than SHARD_FLUSH_NS is woken by the first post and then looks
+ * again within that bound while posts come.  Here the shard sleeps towards
+ * a deadline a minute away; the cancelled record must reach it, and then
+ * the pool, within a generous multiple of the bound.
+ */
+START_TEST(test_lifecycle_cancel_reaches_shard_within_bound)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	struct shard *s = k->shards[0];
+	kairos_id far[10], id;
+	uint64_t t0, took = 0;
+
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &far[i]), 0);
+	ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &id), 0);
+	/* Let the shard settle into its long sleep. */
+	t_sleep_ms(100);
+	ck_assert_ptr_null(atomic_load(&s->inbox));
+	ck_assert_uint_ne(atomic_load(&s->sleep_tick) & SLEEP_FAR, 0);
+	t0 = t_mono();
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	while (atomic_load(&s->inbox) && t_mono() - t0 < 2 * T_SEC)
+		t_sleep_ns(100 * T_US);
+	took = t_mono() - t0;
+	ck_assert_msg(!atomic_load(&s->inbox), "the cancelled record waited %" PRIu64 " ms",
+		      (uint64_t)(took / T_MS));
+	/* The bound is 10 ms; a loaded machine (or a sanitizer) gets 100x. */
+	ck_assert_msg(took < 100 * SHARD_FLUSH_NS, "reached its shard after %" PRIu64 " ms",
+		      (uint64_t)(took / T_MS));
+	t_wait_records_home(k, 10);
+	t_destroy(k, KAIROS_DRAIN_DROP, 10);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 
 int main(void)
@@ -572,6 +708,8 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_arm_cancel_flat_rss);
 	tcase_add_test(tc, test_lifecycle_many_posters_flat_rss);
 	tcase_add_test(tc, test_lifecycle_fork_exec);
+	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
+	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
 	suite_add_tcase(s, tc);
 	return t_main(s, "lifecycle");
 }

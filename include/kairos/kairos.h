@@ -171,7 +171,10 @@ int kairos_destroy(struct kairos *k, int how);
  * Context: any thread, callbacks included.  Does not block, except that a
  * thread other than a shard's waits, at most 10 ms and outside any lock,
  * while the timer's shard is 65536 posts behind (busy threads outnumber the
- * CPUs); see kairos_arm(3).
+ * CPUs); see kairos_arm(3).  A thread's first arm or cancel on a service
+ * (and its first after using another service) joins the service's list of
+ * calling threads under a short per-service lock; see "Calling threads" in
+ * kairos(3).
  * Return: 0; -EINVAL for a NULL @k or @fn; -EOVERFLOW when now + @delay_ns
  * overflows 64 bits of nanoseconds; -EAGAIN when max_timers timers are
  * pending; -ENOMEM; -ESHUTDOWN after kairos_destroy() (before any other
@@ -214,7 +217,9 @@ int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns, kai
  * kairos_cancel - cancels a timer.
  *
  * Context: any thread, callbacks included (their own timer too); does not
- * block.
+ * block (but for the join of kairos_arm()'s Context).  The timer's record
+ * reaches its shard, and then the pool, within about 10 ms however idle the
+ * shard: a cancel wakes no thread unless the shard sleeps longer than that.
  * Return:
  *   0        it was pending (or expired but its callback had not started);
  *            its callback will never run.
@@ -303,9 +308,13 @@ int kairos_now(struct kairos *k, uint64_t *now_ns);
  * once the service is quiet (a one-shot timer counts as fired when its
  * callback starts and stops being pending when it returns).  After
  * kairos_destroy() has returned it gives the final counters, with pending
- * 0 and drained set.
+ * 0 and drained set.  Arms and cancels are counted by each calling thread
+ * and summed here; pending is derived (armed minus what ended), and never
+ * below 0.
  *
- * Context: any thread; does not block.
+ * Context: any thread; takes the per-service lock that threads hold only
+ * to join or leave the service (never across a wait), so it may wait for a
+ * few instructions; it never waits for a callback or a shard.
  * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN while kairos_destroy()
  * runs.
  */

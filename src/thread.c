@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * thread.c - the state a calling thread keeps for the service it uses.
+ *
+ * An arm or a cancel writes its timer's record and this thread's own state,
+ * never a line that another thread writes on every call:
+ *  - free records come from the shard one bundle (up to BUNDLE_RECS) at a
+ *    time, through one CAS, and are then taken one by one from the bundle,
+ *    the next record's line loading while the caller works;
+ *  - the arm and cancel counters are this thread's own words, written with
+ *    plain stores and summed by kairos_stats().
+ *
+ * A thread holds this for one service at a time (the one it called last).
+ * Its state joins the service's list of threads (under thr_lock) on the
+ * thread's first call, and leaves it:
+ *  - when the thread calls another service: its counts fold into the
+ *    service's base counters, its unused records go back to the shard's
+ *    reclaimer (which returns them to the pool after a grace period, as it
+ *    does every freed record, so no popper of the pool can see them come
+ *    back under its feet);
+ *  - when the thread exits (a pthread key destructor does the same);
+ *  - when kairos_destroy() runs: it folds every thread's counts and forgets
+ *    their records, whose memory it unmaps anyway.
+ * So a thread holds at most BUNDLE_RECS - 1 free records of one shard, and
+ * nothing it holds outlives it.  Every count is, at any time, either in a
+ * thread on the list or in the base counters, and both move only under
+ * thr_lock: kairos_stats() sums them there.
+ */
+#include "rcu.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "internal.h"
+
+/* Initial-exec: a plain %fs-relative access, no __tls_get_addr() per call. */
+__thread struct tstate tls_ts __attribute__((tls_model("initial-exec")));
+
+static pthread_key_t ts_key;
+static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
+static bool ts_key_ok;
+
+static void thr_lock(struct kairos *k)
+{
+	if (pthread_mutex_lock(&k->thr_lock))
+		kairos_die("pthread_mutex_lock");
+}
+
+static void thr_unlock(struct kairos *k)
+{
+	if (pthread_mutex_unlock(&k->thr_lock))
+		kairos_die("pthread_mutex_unlock");
+}
+
+/* Takes @t off @k's list (thr_lock held), folding its counts into the base. */
+static void ts_unlink(struct kairos *k, struct tstate *t)
+{
+	atomic_fetch_add_explicit(&k->base.armed, ts_read(&t->armed), memory_order_release);
+	atomic_fetch_add_explicit(&k->base.cancelled, ts_read(&t->cancelled),
+				  memory_order_release);
+	if (t->prev)
+		t->prev->next = t->next;
+	else
+		k->threads = t->next;
+	if (t->next)
+		t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+	/* s and free are the thread's own: it resets them when it joins again. */
+	atomic_store_explicit(&t->k, NULL, memory_order_release);
+}
+
+/*
+ * Leaves whatever service @t is on, handing its records back.  @k's header
+ * is never freed, so its lock is safe to take even after its destroy; under
+ * the lock, @t still on the list means destroy has not passed its detach
+ * step, so the shards (and their records) are still there.
+ */
+static void ts_leave(struct tstate *t)
+{
+	struct kairos *k = atomic_load_explicit(&t->k, memory_order_acquire);
+
+	if (!k)
+		return;
+	thr_lock(k);
+	if (atomic_load_explicit(&t->k, memory_order_relaxed) == k) {
+		if (t->free)
+			table_give_back(k, t->s, t->free);
+		t->free = NULL;
+		ts_unlink(k, t);
+	}
+	thr_unlock(k);
+}
+
+static void ts_exit(void *arg)
+{
+	ts_leave(arg);
+}
+
+static void ts_key_make(void)
+{
+	ts_key_ok = pthread_key_create(&ts_key, ts_exit) == 0;
+}
+
+/* The shard a thread arms on; see ts_attach(). */
+struct shard *ts_pick(struct kairos *k)
+{
+	int cpu;
+
+	if (k->nshards == 1)
+		return k->shards[0];
+	/* A shard thread's inline callbacks arm on their own shard. */
+	if (tls_shard && tls_shard->k == k)
+		return tls_shard;
+	cpu = sched_getcpu();
+	return k->shards[(unsigned)(cpu < 0 ? 0 : cpu) % k->nshards];
+}
+
+/*
+ * ts_attach - the slow path of ts_for(): leaves the service this thread was
+ * on and joins @k, outside any read-side section (it takes locks).
+ *
+ * The shard it arms on is the one of the CPU it runs on now, kept while it
+ * stays: a thread that the scheduler moves keeps arming on the same shard,
+ * so the records it cancels come back to the pool it takes from.
+ *
+ * NULL when @k is being destroyed, or when the thread cannot be made to hand
+ * its state back at exit (no key slot); such calls count on the service's
+ * shared counters and take records from the pool one at a time.
+ */
+struct tstate *ts_attach(struct kairos *k)
+{
+	struct tstate *t = &tls_ts;
+
+	ts_leave(t);
+	if (pthread_once(&ts_once, ts_key_make))
+		kairos_die("pthread_once");
+	if (!ts_key_ok || pthread_setspecific(ts_key, t))
+		return NULL;
+	thr_lock(k);
+	/* Under the lock, alive means destroy has not reached ts_detach_all(). */
+	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
+		thr_unlock(k);
+		return NULL;
+	}
+	t->s = ts_pick(k);
+	t->free = NULL;
+	t->prev = NULL;
+	t->next = k->threads;
+	if (k->threads)
+		k->threads->prev = t;
+	k->threads = t;
+	atomic_store_explicit(&t->k, k, memory_order_release);
+	thr_unlock(k);
+	return t;
+}
+
+/*
+ * ts_detach_all - kairos_destroy(), once no call can be running on @k:
+ * folds every thread's counts into the base and takes the threads off the
+ * list.  Their free records are left to be unmapped with the shards; each
+ * thread forgets them when it next joins a service.
+ */
+void ts_detach_all(struct kairos *k)
+{
+	thr_lock(k);
+	while (k->threads)
+		ts_unlink(k, k->threads);
+	thr_unlock(k);
+}
+
+/*
+ * ts_sum - the counts of @k's threads, with thr_lock held by the caller.
+ * Cancels are read before arms: a cancel counted is then never missing its
+ * arm (the canceller saw the arm's release), so pending never goes below 0.
+ */
+void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled)
+{
+	uint64_t a, c = atomic_load_explicit(&k->base.cancelled, memory_order_acquire);
+
+	for (struct tstate *t = k->threads; t; t = t->next)
+		c += ts_read(&t->cancelled);
+	a = atomic_load_explicit(&k->base.armed, memory_order_acquire);
+	for (struct tstate *t = k->threads; t; t = t->next)
+		a += ts_read(&t->armed);
+	*armed = a;
+	*cancelled = c;
+}
+
+void ts_lock(struct kairos *k)
+{
+	thr_lock(k);
+}
+
+void ts_unlock(struct kairos *k)
+{
+	thr_unlock(k);
+}
+
+/*
+ * A child of fork() has none of its parent's services (they are dead there):
+ * its one thread forgets the state it had without touching their locks,
+ * which another parent thread may have held at the fork.
+ */
+void ts_forget(void)
+{
+	struct tstate *t = &tls_ts;
+
+	t->free = NULL;
+	t->s = NULL;
+	t->next = t->prev = NULL;
+	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->k, NULL, memory_order_relaxed);
+}
