@@ -123,7 +123,7 @@ void backend_fallback(struct shard *s, int err)
 	char *why = s->report[1].why;
 
 	if (s->ops != &backend_uring_ops)
-		kairos_die("epoll wait failed");	/* EBADF, EFAULT, EINVAL: a bug */
+		kairos_die_err("epoll wait failed", -err);	/* EBADF, EFAULT, EINVAL: a bug */
 	s->ops->fini(s);
 	snprintf(why, sizeof(s->report[1].why),
 		 "io_uring stopped working at run time (%s); using epoll + timerfd",

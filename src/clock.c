@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
+
 #include "clock.h"
 
 #include "internal.h"
@@ -8,6 +10,6 @@ uint64_t clock_now_ns(clockid_t clock)
 	struct timespec ts;
 
 	if (clock_gettime(clock, &ts))
-		kairos_die("clock_gettime");
+		kairos_die_err("clock_gettime", errno);
 	return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }

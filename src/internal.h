@@ -42,9 +42,15 @@
 #define KAIROS_EXPORT	__attribute__((visibility("default")))
 #define CACHELINE	64
 
-/* Impossible failures (a pthread call, a corrupted state word) stop here. */
-#define kairos_die(what)	kairos_die_at(__FILE__, __LINE__, (what))
-void kairos_die_at(const char *file, int line, const char *what) __attribute__((noreturn));
+/* die.c: impossible failures (a pthread call, a corrupted state word) stop here. */
+#define kairos_die(what)	kairos_die_at(__FILE__, __LINE__, (what), 0)
+#define kairos_die_err(what, err)	kairos_die_at(__FILE__, __LINE__, (what), (err))
+void kairos_die_at(const char *file, int line, const char *what, int err)
+	__attribute__((noreturn, cold));
+/* Locks, unlocks and joins that cannot fail as kairos uses them. */
+void mutex_lock(pthread_mutex_t *m);
+void mutex_unlock(pthread_mutex_t *m);
+void thread_join(pthread_t t);
 
 /* ---- ids ----------------------------------------------------------------
  * An id is gen:32 | shard:8 | index:24.  The generation is the upper half of
@@ -189,7 +195,7 @@ static inline void rec_chain_append(struct rec **head, struct rec **tail, struct
 	*tail = last;
 }
 
-/* ---- lateness histogram: 1/8-octave buckets, ns ---------------------------- */
+/* ---- lateness histogram (hist.c): 1/8-octave buckets, ns ------------------- */
 #define LAT_SUB_BITS	3
 #define LAT_BUCKETS	(64 << LAT_SUB_BITS)
 
@@ -462,7 +468,7 @@ void futex_wait32(_Atomic uint32_t *word, uint32_t seen);
 bool futex_wait32_for(_Atomic uint32_t *word, uint32_t seen, uint64_t ns);
 void futex_wake32(_Atomic uint32_t *word, int n);
 
-/* Spin politely while another thread holds a record for a few instructions. */
+/* relax.c: spin politely while another thread holds a record for a few instructions. */
 void cpu_relax_n(unsigned *spins);
 
 #endif /* KAIROS_INTERNAL_H */

@@ -34,22 +34,14 @@ static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kairos *live_list, *dead_list;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-void kairos_die_at(const char *file, int line, const char *what)
-{
-	fprintf(stderr, "kairos: %s:%d: %s\n", file, line, what);
-	abort();
-}
-
 static void svc_lock_take(void)
 {
-	if (pthread_mutex_lock(&svc_lock))
-		kairos_die("pthread_mutex_lock");
+	mutex_lock(&svc_lock);
 }
 
 static void svc_lock_drop(void)
 {
-	if (pthread_mutex_unlock(&svc_lock))
-		kairos_die("pthread_mutex_unlock");
+	mutex_unlock(&svc_lock);
 }
 
 static void list_add(struct kairos **head, struct kairos *k)
@@ -102,8 +94,10 @@ static void fork_child(void)
 
 static void fork_hooks(void)
 {
-	if (pthread_atfork(fork_prepare, fork_parent, fork_child))
-		kairos_die("pthread_atfork");
+	int err = pthread_atfork(fork_prepare, fork_parent, fork_child);
+
+	if (err)
+		kairos_die_err("pthread_atfork", err);
 }
 
 void service_event(struct kairos *k)
@@ -255,14 +249,16 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 
 	if (!out)
 		return -EINVAL;
-	if (pthread_once(&fork_once, fork_hooks))
-		kairos_die("pthread_once");
+	rc = pthread_once(&fork_once, fork_hooks);
+	if (rc)
+		kairos_die_err("pthread_once", rc);
 	k = fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	memset(k, 0, sizeof(*k));
-	if (pthread_mutex_init(&k->thr_lock, NULL))
-		kairos_die("pthread_mutex_init");	/* cannot fail with default attributes */
+	rc = pthread_mutex_init(&k->thr_lock, NULL);
+	if (rc)
+		kairos_die_err("pthread_mutex_init", rc);	/* cannot fail with default attributes */
 	if (cfg)
 		k->cfg = *cfg;
 	else

@@ -107,7 +107,7 @@ void shard_wake(struct shard *s)
 		uint64_t one = 1;
 
 		if (write(s->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
-			kairos_die("eventfd write");
+			kairos_die_err("eventfd write", errno);
 	}
 }
 
@@ -313,7 +313,7 @@ static void arm_timer(struct shard *s, uint64_t tick)
 	its.it_value.tv_sec = (time_t)(ns / 1000000000u);
 	its.it_value.tv_nsec = (long)(ns % 1000000000u);
 	if (timerfd_settime(s->tfd, TFD_TIMER_ABSTIME, &its, NULL))
-		kairos_die("timerfd_settime");
+		kairos_die_err("timerfd_settime", errno);
 	s->timer_tick = tick;
 	atomic_fetch_add_explicit(&s->stats.timer_sets, 1, memory_order_relaxed);
 }
@@ -459,9 +459,11 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->epfd = -1;
 	s->timer_tick = UINT64_MAX;
 	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
-	if (pthread_mutex_init(&s->grow_lock, NULL) || pthread_mutex_init(&s->dq.lock, NULL) ||
-	    pthread_cond_init(&s->dq.cond, NULL))
-		kairos_die("pthread init");	/* cannot fail with default attributes */
+	/* None of these can fail with default attributes. */
+	if ((rc = pthread_mutex_init(&s->grow_lock, NULL)) ||
+	    (rc = pthread_mutex_init(&s->dq.lock, NULL)) ||
+	    (rc = pthread_cond_init(&s->dq.cond, NULL)))
+		kairos_die_err("pthread init", rc);
 	rc = fault_hit() ? -EMFILE : 0;
 	s->tfd = rc ? -1 : timerfd_create(k->cfg.clock, TFD_CLOEXEC);
 	if (s->tfd < 0) {
@@ -512,8 +514,7 @@ int shard_start(struct shard *s)
 	while (!atomic_load_explicit(&s->init_done, memory_order_acquire))
 		futex_wait32(&s->init_done, 0);
 	if (s->init_rc) {
-		if (pthread_join(s->thread, NULL))
-			kairos_die("pthread_join");
+		thread_join(s->thread);
 		return s->init_rc;
 	}
 	return 0;
@@ -524,8 +525,7 @@ void shard_stop(struct shard *s)
 {
 	atomic_store_explicit(&s->stop, 1, memory_order_release);
 	shard_wake(s);
-	if (pthread_join(s->thread, NULL))
-		kairos_die("pthread_join");
+	thread_join(s->thread);
 	s->ops->fini(s);
 }
 
@@ -571,15 +571,4 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))
 		drain_one(k, s, rec_of(t), how, count);
-}
-
-void cpu_relax_n(unsigned *spins)
-{
-	if (++*spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
-		return;
-	}
-	sched_yield();
 }

@@ -142,8 +142,7 @@ static int grow(struct kairos *k, struct shard *s)
 	unsigned no;
 	int rc = 0;
 
-	if (pthread_mutex_lock(&s->grow_lock))
-		kairos_die("pthread_mutex_lock");
+	mutex_lock(&s->grow_lock);
 	/* Another thread may have grown the pool while this one waited. */
 	if (atomic_load_explicit(&s->free_head, memory_order_acquire))
 		goto out;
@@ -168,8 +167,7 @@ static int grow(struct kairos *k, struct shard *s)
 	atomic_store_explicit(&s->nchunks, no + 1, memory_order_release);
 	bundles_push(s, &c->recs[0]);
 out:
-	if (pthread_mutex_unlock(&s->grow_lock))
-		kairos_die("pthread_mutex_unlock");
+	mutex_unlock(&s->grow_lock);
 	return rc;
 }
 
@@ -284,16 +282,14 @@ struct rec_period *table_period(struct shard *s, uint32_t index)
 	struct rec_period *p = atomic_load_explicit(&c->h.head.period, memory_order_acquire);
 
 	if (!p) {
-		if (pthread_mutex_lock(&s->grow_lock))
-			kairos_die("pthread_mutex_lock");
+		mutex_lock(&s->grow_lock);
 		p = atomic_load_explicit(&c->h.head.period, memory_order_relaxed);
 		if (!p) {
 			p = fault_calloc(CHUNK_RECS, sizeof(*p));
 			if (p)
 				atomic_store_explicit(&c->h.head.period, p, memory_order_release);
 		}
-		if (pthread_mutex_unlock(&s->grow_lock))
-			kairos_die("pthread_mutex_unlock");
+		mutex_unlock(&s->grow_lock);
 		if (!p)
 			return NULL;
 	}
@@ -379,8 +375,7 @@ void table_reclaimer_stop(struct kairos *k)
 {
 	atomic_store_explicit(&k->reclaim_stop, 1, memory_order_release);
 	reclaim_kick(k);
-	if (pthread_join(k->reclaimer, NULL))
-		kairos_die("pthread_join");
+	thread_join(k->reclaimer);
 }
 
 void table_free(struct shard *s)

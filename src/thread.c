@@ -43,14 +43,12 @@ static bool ts_key_ok;
 
 static void thr_lock(struct kairos *k)
 {
-	if (pthread_mutex_lock(&k->thr_lock))
-		kairos_die("pthread_mutex_lock");
+	mutex_lock(&k->thr_lock);
 }
 
 static void thr_unlock(struct kairos *k)
 {
-	if (pthread_mutex_unlock(&k->thr_lock))
-		kairos_die("pthread_mutex_unlock");
+	mutex_unlock(&k->thr_lock);
 }
 
 /* Takes @t off @k's list (thr_lock held), folding its counts into the base. */
@@ -135,8 +133,10 @@ struct tstate *ts_attach(struct kairos *k)
 	struct tstate *t = &tls_ts;
 
 	ts_leave(t);
-	if (pthread_once(&ts_once, ts_key_make))
-		kairos_die("pthread_once");
+	int err = pthread_once(&ts_once, ts_key_make);
+
+	if (err)
+		kairos_die_err("pthread_once", err);
 	if (!ts_key_ok || pthread_setspecific(ts_key, t))
 		return NULL;
 	thr_lock(k);

@@ -22,18 +22,6 @@ _Thread_local struct kairos *tls_service;
 _Thread_local struct shard *tls_shard;
 _Thread_local kairos_id tls_timer;
 
-static void lock(pthread_mutex_t *m)
-{
-	if (pthread_mutex_lock(m))
-		kairos_die("pthread_mutex_lock");
-}
-
-static void unlock(pthread_mutex_t *m)
-{
-	if (pthread_mutex_unlock(m))
-		kairos_die("pthread_mutex_unlock");
-}
-
 static struct rec *dq_next(struct rec *r)
 {
 	/* wt.link is the record's first member; see struct dqueue. */
@@ -43,7 +31,7 @@ static struct rec *dq_next(struct rec *r)
 /* Appends the chain @first..@last of @n records: one lock and one signal. */
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n)
 {
-	lock(&q->lock);
+	mutex_lock(&q->lock);
 	rec_chain_append(&q->head, &q->tail, first, last);
 	q->len += n;
 	/* One waiter per WORKER_BATCH entries, all of them for a big batch. */
@@ -51,7 +39,7 @@ void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n
 		pthread_cond_broadcast(&q->cond);
 	else
 		pthread_cond_signal(&q->cond);
-	unlock(&q->lock);
+	mutex_unlock(&q->lock);
 }
 
 /* Puts records a stopping worker took but did not start back at the front. */
@@ -59,7 +47,7 @@ static void dqueue_unshift(struct dqueue *q, struct rec **r, size_t n)
 {
 	if (!n)
 		return;
-	lock(&q->lock);
+	mutex_lock(&q->lock);
 	for (size_t i = n; i-- > 0;) {
 		r[i]->wt.link.next = q->head ? &q->head->wt.link : NULL;
 		q->head = r[i];
@@ -67,7 +55,7 @@ static void dqueue_unshift(struct dqueue *q, struct rec **r, size_t n)
 			q->tail = r[i];
 	}
 	q->len += n;
-	unlock(&q->lock);
+	mutex_unlock(&q->lock);
 }
 
 /* Takes up to @max records; blocks while the queue is empty. 0 means stop. */
@@ -75,13 +63,16 @@ static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
 {
 	size_t n = 0;
 
-	lock(&q->lock);
-	while (!q->len && !q->stop)
-		if (pthread_cond_wait(&q->cond, &q->lock))
-			kairos_die("pthread_cond_wait");
+	mutex_lock(&q->lock);
+	while (!q->len && !q->stop) {
+		int err = pthread_cond_wait(&q->cond, &q->lock);
+
+		if (err)
+			kairos_die_err("pthread_cond_wait", err);
+	}
 	if (q->stop) {
 		/* What is still queued is drained by kairos_destroy(). */
-		unlock(&q->lock);
+		mutex_unlock(&q->lock);
 		return 0;
 	}
 	while (n < max && q->head) {
@@ -93,7 +84,7 @@ static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
 	q->len -= n;
 	if (q->len)
 		pthread_cond_signal(&q->cond);	/* more for another worker */
-	unlock(&q->lock);
+	mutex_unlock(&q->lock);
 	return n;
 }
 
@@ -239,70 +230,13 @@ int worker_start(struct kairos *k, struct shard *s)
 
 void worker_stop(struct shard *s)
 {
-	lock(&s->dq.lock);
+	mutex_lock(&s->dq.lock);
 	s->dq.stop = true;
 	pthread_cond_broadcast(&s->dq.cond);
-	unlock(&s->dq.lock);
+	mutex_unlock(&s->dq.lock);
 	for (unsigned i = 0; i < s->nworkers; i++)
-		if (pthread_join(s->workers[i], NULL))
-			kairos_die("pthread_join");
+		thread_join(s->workers[i]);
 	s->nworkers = 0;
 	free(s->workers);
 	s->workers = NULL;
-}
-
-/* ---- lateness histogram ---------------------------------------------------- */
-
-/* Bucket of @ns: its octave and the 3 bits below the leading one. */
-static unsigned lat_bucket(uint64_t ns)
-{
-	unsigned msb;
-
-	if (ns < (1u << LAT_SUB_BITS))
-		return (unsigned)ns;
-	msb = 63u - (unsigned)__builtin_clzll(ns);
-	return (msb - LAT_SUB_BITS + 1) << LAT_SUB_BITS |
-	       ((unsigned)(ns >> (msb - LAT_SUB_BITS)) & ((1u << LAT_SUB_BITS) - 1));
-}
-
-uint64_t lat_bucket_upper(unsigned b)
-{
-	unsigned oct = b >> LAT_SUB_BITS, sub = b & ((1u << LAT_SUB_BITS) - 1);
-	unsigned shift;
-
-	if (oct == 0)
-		return sub;
-	shift = oct - 1;
-	if (shift + LAT_SUB_BITS >= 64)
-		return UINT64_MAX;
-	return (((uint64_t)(sub | 1u << LAT_SUB_BITS) + 1) << shift) - 1;
-}
-
-void lat_record(struct lat_hist *h, uint64_t ns)
-{
-	uint64_t max = atomic_load_explicit(&h->max, memory_order_relaxed);
-
-	atomic_fetch_add_explicit(&h->bucket[lat_bucket(ns)], 1, memory_order_relaxed);
-	while (ns > max && !atomic_compare_exchange_weak_explicit(&h->max, &max, ns,
-								  memory_order_relaxed,
-								  memory_order_relaxed))
-		;
-}
-
-/* The upper bound of the bucket holding quantile @q of @total samples. */
-uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q)
-{
-	uint64_t want, seen = 0;
-
-	if (!total)
-		return 0;
-	want = (uint64_t)((double)total * q);
-	if (want >= total)
-		want = total - 1;
-	for (unsigned b = 0; b < LAT_BUCKETS; b++) {
-		seen += bucket[b];
-		if (seen > want)
-			return lat_bucket_upper(b);
-	}
-	return UINT64_MAX;
 }

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * die.c - where impossible failures stop the process: a pthread call that
+ * cannot fail as kairos uses it, a state word in a state no path makes, a
+ * system call on an fd the library owns failing with EBADF.  Carrying on
+ * would break the contract (a timer lost or run twice), so the message
+ * names the place, what failed and the errno it failed with, and aborts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void kairos_die_at(const char *file, int line, const char *what, int err)
+{
+	if (err)
+		fprintf(stderr, "kairos: %s:%d: %s: %s (errno %d)\n", file, line, what,
+			strerror(err), err);
+	else
+		fprintf(stderr, "kairos: %s:%d: %s\n", file, line, what);
+	abort();
+}
+
+void mutex_lock(pthread_mutex_t *m)
+{
+	int err = pthread_mutex_lock(m);
+
+	if (err)
+		kairos_die_err("pthread_mutex_lock", err);
+}
+
+void mutex_unlock(pthread_mutex_t *m)
+{
+	int err = pthread_mutex_unlock(m);
+
+	if (err)
+		kairos_die_err("pthread_mutex_unlock", err);
+}
+
+void thread_join(pthread_t t)
+{
+	int err = pthread_join(t, NULL);
+
+	if (err)
+		kairos_die_err("pthread_join", err);
+}
