@@ -96,7 +96,6 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1669,36 +1668,12 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
  * The legend and the entry point.
  */
 
-static void pb_machine(char *buf, size_t len)
-{
-	char line[256], model[128] = "?";
-	struct utsname u;
-	FILE *f = fopen("/proc/cpuinfo", "r");
-
-	if (f) {
-		while (fgets(line, sizeof(line), f)) {
-			char *c = strchr(line, ':');
-
-			if (!strncmp(line, "model name", 10) && c) {
-				snprintf(model, sizeof(model), "%s", c + 2);
-				model[strcspn(model, "\n")] = '\0';
-				break;
-			}
-		}
-		fclose(f);
-	}
-	if (uname(&u) != 0)
-		snprintf(u.release, sizeof(u.release), "?");
-	snprintf(buf, len, "%s, %ld CPUs online, Linux %s", model, sysconf(_SC_NPROCESSORS_ONLN),
-		 u.release);
-}
-
 static void pb_print_legend(const struct pb_opts *o)
 {
 	const char *pre = o->markdown ? "" : "# ";
 	char buf[512];
 
-	pb_machine(buf, sizeof(buf));
+	bench_machine(buf, sizeof(buf));
 	printf("%speer: the same workloads on kairos and its peers, one after another in each "
 	       "run (machine: %s)\n", pre, buf);
 	printf("%sWhat each costs a server thread: libev, libuv and libevent are "
