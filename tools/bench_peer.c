@@ -50,6 +50,33 @@
  *                     libevent evtimer_add() on the pending event, timerfd
  *                     timerfd_settime(), kairos kairos_reset() (which reads
  *                     the clock; the loops use their cached time).
+ *   idle arm, idle push-later, idle cancel
+ *                     the idle timeout of a connection, written the way
+ *                     each library documents it, between the cancel and the
+ *                     arm above (the N slots are free then): N armed with a
+ *                     delay of 30 s in slot order (idle arm: kairos
+ *                     kairos_arm_slack() with a tenth of slack, 3 s; libev
+ *                     ev_timer_init() with repeat 30 s, then
+ *                     ev_timer_again(), method 2 of its manual's "Be smart
+ *                     about timeouts"), each pushed to 30 s from now in the
+ *                     push-later row's random order (idle push-later: kairos
+ *                     kairos_reset(); libev ev_timer_again()), then all
+ *                     cancelled in the cancel row's random order (idle
+ *                     cancel: kairos_cancel(); libev ev_timer_stop()).  The
+ *                     idle cancel frees the records in the order the cancel
+ *                     row did, so the arm row is not changed by them.  The
+ *                     N idle arms run in one loop callback, so in libev
+ *                     they share one deadline (cached now + 30 s): an arm
+ *                     stays at the leaf where it is added and a stop moves
+ *                     the last leaf into a place among equals, both O(1);
+ *                     each push, to a later cached now, walks down the heap.
+ *                     A server arming over many iterations keeps its
+ *                     timeouts in arm order, where a stop's last leaf may
+ *                     walk down too: libev's idle cancel here is its best
+ *                     case.  libuv, libevent and timerfd have no idiom of
+ *                     this kind apart from their plain arm and push (the
+ *                     rows above): their idle cells are n/a, as are those
+ *                     of any implementation that leaves idle_arm NULL.
  *   lateness          L timers (20000; fewer where one timerfd per timer
  *                     must fit under RLIMIT_NOFILE), delays of whole
  *                     milliseconds U{1..200}, armed PB_LAT_BATCH per loop
@@ -133,6 +160,8 @@
 #define PB_BIG_N	1000000u	/* from here, fewer runs by default */
 #define PB_BIG_RUNS	3u
 #define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
+#define PB_IDLE_DELAY	(30 * PB_S)	/* the idle timeout of the idle rows */
+#define PB_IDLE_SLACK	(PB_IDLE_DELAY / 10)	/* kairos's: a tenth, as its manual says */
 
 /* ------------------------------------------------------------------------
  * Rows of the table.
@@ -143,6 +172,9 @@ enum pb_row {
 	PB_CANCEL,
 	PB_PAIR,
 	PB_LATER,
+	PB_IDLE_ARM,
+	PB_IDLE_LATER,
+	PB_IDLE_CANCEL,
 	PB_LAT_P50,
 	PB_LAT_P99,
 	PB_LAT_MAX,
@@ -165,6 +197,9 @@ static const struct pb_row_info {
 	[PB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, BENCH_MEDIAN, true },
 	[PB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_ARM] = { "idle arm", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_LATER] = { "idle push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_CANCEL] = { "idle cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_MAX] = { "lateness max", "us", 1, BENCH_MAX, true },
@@ -189,6 +224,13 @@ struct pb_impl {
 	void (*arm)(uint32_t slot, uint64_t delay_ns);
 	void (*cancel)(uint32_t slot);
 	void (*push_later)(uint32_t slot, uint64_t delay_ns);
+	/*
+	 * Optional (NULL: the idle rows show n/a): an idle timeout of
+	 * PB_IDLE_DELAY armed the way the library means one to be, and pushed
+	 * to PB_IDLE_DELAY from now on activity.  It ends with cancel().
+	 */
+	void (*idle_arm)(uint32_t slot);
+	void (*idle_push)(uint32_t slot);
 	/* Runs @fn(@arg) as a loop iteration's work, then what is due, no wait. */
 	void (*in_loop)(void (*fn)(void *), void *arg);
 	void (*wait)(void);		/* one iteration that may block for what is due */
@@ -389,6 +431,25 @@ static void pk_push_later(uint32_t slot, uint64_t delay_ns)
 		bench_die("kairos_reset of a pending timer: %s", strerror(-rc));
 }
 
+/* The idle timeout as kairos_arm_slack() documents it: a tenth of slack. */
+static void pk_idle_arm(uint32_t slot)
+{
+	int rc = kairos_arm_slack(pk_k, PB_IDLE_DELAY, PB_IDLE_SLACK, pk_cb,
+				  (void *)(uintptr_t)slot, &pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_arm_slack: %s", strerror(-rc));
+}
+
+/* kairos_reset() keeps the slack of the arm. */
+static void pk_idle_push(uint32_t slot)
+{
+	int rc = kairos_reset(pk_k, pk_id[slot], PB_IDLE_DELAY);
+
+	if (rc)
+		bench_die("kairos_reset of a pending idle timer: %s", strerror(-rc));
+}
+
 /* Not a loop: the calling thread is any thread. */
 static void pk_in_loop(void (*fn)(void *), void *arg)
 {
@@ -449,6 +510,8 @@ static const struct pb_impl pb_kairos = {
 	.arm = pk_arm,
 	.cancel = pk_cancel,
 	.push_later = pk_push_later,
+	.idle_arm = pk_idle_arm,
+	.idle_push = pk_idle_push,
 	.in_loop = pk_in_loop,
 	.wait = pk_wait,
 	.quiesce = bench_settle,
@@ -505,6 +568,25 @@ static void pe_push_later(uint32_t slot, uint64_t delay_ns)
 	ev_timer_again(pe_loop, w);
 }
 
+/*
+ * libev's manual, "Be smart about timeouts", method 2: the timeout is the
+ * repeat of a timer started by ev_timer_again(), and activity calls
+ * ev_timer_again() again, which moves it to now + repeat in the heap.
+ */
+static void pe_idle_arm(uint32_t slot)
+{
+	ev_timer *w = &pe_w[slot];
+
+	ev_timer_init(w, pe_cb, 0., (ev_tstamp)PB_IDLE_DELAY * 1e-9);
+	w->data = (void *)(uintptr_t)slot;
+	ev_timer_again(pe_loop, w);
+}
+
+static void pe_idle_push(uint32_t slot)
+{
+	ev_timer_again(pe_loop, &pe_w[slot]);
+}
+
 static void pe_once_cb(int revents, void *arg)
 {
 	(void)revents;
@@ -555,6 +637,8 @@ static const struct pb_impl pb_libev = {
 	.arm = pe_arm,
 	.cancel = pe_cancel,
 	.push_later = pe_push_later,
+	.idle_arm = pe_idle_arm,
+	.idle_push = pe_idle_push,
 	.in_loop = pe_in_loop,
 	.wait = pe_wait,
 	.quiesce = pb_no_quiesce,
@@ -1124,6 +1208,33 @@ static void pb_later_job(void *arg)
 	j->ns = bench_now_ns() - t0;
 }
 
+/* Idle timeouts armed in slot order, as the arm row arms its timers. */
+static void pb_idle_arm_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*arm)(uint32_t) = j->im->idle_arm;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		arm((uint32_t)i);
+	j->ns = bench_now_ns() - t0;
+}
+
+/* Activity on each connection, in the push-later row's random order. */
+static void pb_idle_later_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*push)(uint32_t) = j->im->idle_push;
+	const uint32_t *order = j->l->later_order;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		push(order[i]);
+	j->ns = bench_now_ns() - t0;
+}
+
 /* The deadline meant: the clock just before the arm call, plus the delay. */
 static void pb_lat_job(void *arg)
 {
@@ -1304,6 +1415,26 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	im->in_loop(pb_cancel_job, &j);
 	row[PB_CANCEL] = (double)j.ns / (double)n;
 	im->quiesce();
+	/*
+	 * The idle rows go here, between the cancel and the arm: the N slots
+	 * are free, and the idle cancel, in the cancel row's order, hands the
+	 * arm row the records in the same order as the cancel row did.
+	 */
+	if (im->idle_arm) {
+		pb_progress(im, n, label, "idle arm");
+		im->in_loop(pb_idle_arm_job, &j);
+		row[PB_IDLE_ARM] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_progress(im, n, label, "idle push-later");
+		im->in_loop(pb_idle_later_job, &j);
+		row[PB_IDLE_LATER] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_progress(im, n, label, "idle cancel");
+		im->in_loop(pb_cancel_job, &j);
+		row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_no_strays(im, "idle");
+	}
 	pb_progress(im, n, label, "arm");
 	im->in_loop(pb_arm_job, &j);
 	row[PB_ARM] = (double)j.ns / (double)n;
@@ -1367,6 +1498,14 @@ static bool pb_column(const struct pb_opts *o, size_t i)
 	return !pb_impls[i]->missing && (!o->only_set || o->only[i]);
 }
 
+/* Whether @i has a value in @row: the idle rows need its idle functions. */
+static bool pb_has_row(size_t i, int row)
+{
+	if (row == PB_IDLE_ARM || row == PB_IDLE_LATER || row == PB_IDLE_CANCEL)
+		return pb_impls[i]->idle_arm != NULL;
+	return true;
+}
+
 /* Slots that @i needs at N = @n with @lat lateness timers, against its cap. */
 static bool pb_fits(size_t i, size_t n, unsigned lat)
 {
@@ -1394,6 +1533,7 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 	struct pb_lists l;
 
 	pb_lists_alloc(&l, s->n, s->lat);
+
 	for (unsigned run = 0; run < s->runs; run++) {
 		struct bench_rng r = { o->seed };
 		char label[32];
@@ -1420,7 +1560,10 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			for (int row = 0; row < PB_NROWS; row++) {
 				printf("%-22s", pb_rows[row].name);
 				for (unsigned run = 0; run < s->runs; run++)
-					printf(" %10.*f", pb_rows[row].prec, v[run][i][row]);
+					if (pb_has_row(i, row))
+						printf(" %10.*f", pb_rows[row].prec, v[run][i][row]);
+					else
+						printf(" %10s", "n/a");
 				printf("\n");
 			}
 			printf("\n");
@@ -1445,6 +1588,10 @@ static void pb_cell(char *buf, size_t len, const struct pb_size *s, size_t i, in
 
 	if (s->state[i] == PB_NOFD) {
 		snprintf(buf, len, "n/a (EMFILE)");
+		return;
+	}
+	if (!pb_has_row(i, row)) {
+		snprintf(buf, len, "n/a");
 		return;
 	}
 	/* The system-wide slab moves by more than nothing per timer would. */
@@ -1480,7 +1627,8 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 			/* One timerfd per timer keeps its bytes in the kernel: count them. */
 			if (row == PB_BYTES && pb_impls[i]->kernel_state)
 				x += s->v[i][PB_KBYTES];
-			if (!pb_column(o, i) || s->state[i] != PB_OK || x >= k)
+			if (!pb_column(o, i) || s->state[i] != PB_OK || !pb_has_row(i, row) ||
+			    x >= k)
 				continue;
 			if (x > 0)
 				snprintf(ratio, sizeof(ratio), " (%.2fx)", x / k);
@@ -1596,7 +1744,8 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 		bool log;
 	} panels[] = {
 		{ PB_PAIR, true }, { PB_LATER, true }, { PB_CHURN, true }, { PB_BYTES, true },
-		{ PB_LAT_P50, false }, { PB_LAT_P99, false }, { PB_EARLY, false },
+		{ PB_IDLE_LATER, true }, { PB_LAT_P50, false }, { PB_LAT_P99, false },
+		{ PB_EARLY, false },
 	};
 	FILE *f;
 	int rc;
@@ -1635,7 +1784,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 				/* Bytes: where per-timer state is in the kernel, that too. */
 				if (panels[p].row == PB_BYTES && pb_impls[i]->kernel_state)
 					x += sizes[s].v[i][PB_KBYTES];
-				if (sizes[s].state[i] == PB_OK)
+				if (sizes[s].state[i] == PB_OK && pb_has_row(i, panels[p].row))
 					fprintf(f, " %.3f", x);
 				else
 					fprintf(f, " NaN");
@@ -1705,6 +1854,14 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "recycled records, in the order they were freed);\n", pre);
 	printf("%spush-later: each to its delay + U[1,1000] ms (libev: repeat + "
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
+	printf("%sidle: N idle timeouts of %" PRIu64 " s armed in slot order (kairos: "
+	       "kairos_arm_slack, %" PRIu64 " s slack; libev: ev_timer_init, repeat %" PRIu64
+	       " s, + ev_timer_again),\n", pre, PB_IDLE_DELAY / PB_S, PB_IDLE_SLACK / PB_S,
+	       PB_IDLE_DELAY / PB_S);
+	printf("%s  each pushed to %" PRIu64 " s from now in a random order (kairos_reset; "
+	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / PB_S);
+	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
+	       "and push (libuv, libevent, timerfd);\n", pre);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
 	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
 	printf("%s  iteration, N pending; early = callbacks before that deadline (a cached "
@@ -1717,9 +1874,9 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "40%% push-later / 30%% arm / 30%% cancel\n", pre, PB_MIX_OPS);
 	printf("%s  on random members, %u per loop iteration.\n", pre, PB_MIX_BATCH);
 	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
-	       "the runs. Deadlines are random, so the\n", pre);
-	printf("%s  loops' special cases for equal timeouts (libevent common timeouts, "
-	       "libev's list idiom) do not apply.\n\n", pre);
+	       "the runs. Deadlines are random outside the\n", pre);
+	printf("%s  idle rows, so the loops' special cases for equal timeouts (libevent common "
+	       "timeouts, libev's list idiom) do not apply.\n\n", pre);
 }
 
 static void pb_usage(FILE *f)
@@ -1730,8 +1887,10 @@ static void pb_usage(FILE *f)
 		"\n"
 		"The same workloads on kairos, libev, libuv, libevent (those found at build\n"
 		"time) and one timerfd per timer, in the same run: arm, cancel, push-later,\n"
-		"lateness with early callbacks, bytes per pending timer and churn CPU, at\n"
-		"each N, with each value's ratio to kairos's.\n"
+		"idle-timeout arm, push-later and cancel (kairos_arm_slack + kairos_reset\n"
+		"against libev's ev_timer_again idiom; n/a for the others), lateness with\n"
+		"early callbacks, bytes per pending timer and churn CPU, at each N, with\n"
+		"each value's ratio to kairos's.\n"
 		"\n"
 		"  --n N          pending timers (1000..%u, 1e6 style allowed); repeat for\n"
 		"                 more sizes (default: the most that one timerfd per timer\n"
