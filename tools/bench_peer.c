@@ -100,6 +100,18 @@
  *                     pending count stays within N + PB_SLACK); for kairos
  *                     until its threads are quiet again.  ms per 1e6 ops.
  *
+ * And once per run, before the implementations, three floors, the same for
+ * every column and printed under the table: over max(1e6, N) records of 64
+ * bytes in one array, one op per record in a precomputed random order, ns
+ * per op of (1) one atomic compare-and-swap of the record's first word,
+ * (2) clock_gettime(CLOCK_MONOTONIC) then that CAS, (3)
+ * clock_gettime(CLOCK_MONOTONIC_COARSE) then that CAS.  A timer call that
+ * any thread may make must change a record's state atomically, and one that
+ * takes a delay must read a clock: these are its physical floors here.  The
+ * vDSO orders its TSC read after all earlier loads, so (2) also shows what
+ * the clock costs in cache misses that no longer overlap; the coarse clock
+ * is a plain load of the kernel's last tick, so (3) shows what is left.
+ *
  * Times are CLOCK_MONOTONIC around whole batches, taken inside the loop's
  * callback, so that a loop iteration's own cost is not counted.  The table
  * shows medians over the runs, the worst run for the lateness max and the
@@ -162,6 +174,7 @@
 #define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
 #define PB_IDLE_DELAY	(30 * PB_S)	/* the idle timeout of the idle rows */
 #define PB_IDLE_SLACK	(PB_IDLE_DELAY / 10)	/* kairos's: a tenth, as its manual says */
+#define PB_FLOOR_RECS	1000000u	/* the floors' records: this many, or N if more */
 
 /* ------------------------------------------------------------------------
  * Rows of the table.
@@ -208,6 +221,23 @@ static const struct pb_row_info {
 	[PB_BYTES] = { "bytes/timer (RSS)", "B", 1, BENCH_MEDIAN, true },
 	[PB_KBYTES] = { "bytes/timer (kernel)", "B", 1, BENCH_MEDIAN, false },
 	[PB_CHURN] = { "churn CPU", "ms/1e6 ops", 1, BENCH_MEDIAN, true },
+};
+
+/*
+ * The floors: what one op on a random record of a large array costs at the
+ * least, whoever does it.  Not per implementation: printed under the table.
+ */
+enum pb_floor {
+	PB_FLOOR_CAS,
+	PB_FLOOR_CLOCK,
+	PB_FLOOR_COARSE,
+	PB_NFLOORS
+};
+
+static const char *const pb_floor_names[PB_NFLOORS] = {
+	[PB_FLOOR_CAS] = "CAS",
+	[PB_FLOOR_CLOCK] = "clock_gettime(CLOCK_MONOTONIC) + CAS",
+	[PB_FLOOR_COARSE] = "clock_gettime(CLOCK_MONOTONIC_COARSE) + CAS",
 };
 
 /* ------------------------------------------------------------------------
@@ -1463,6 +1493,82 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 }
 
 /* ------------------------------------------------------------------------
+ * The floors: one atomic CAS on a random 64-byte record per op, alone and
+ * after a clock read.  A timer call that any thread may make must change
+ * its record's state word with an atomic op, and one that takes a delay
+ * must read the clock for now + delay: these are what such a call costs at
+ * the very least on this machine, at this many records.
+ */
+
+struct pb_floors {
+	size_t n;		/* records: max(PB_FLOOR_RECS, N) */
+	char *recs;		/* n * BENCH_ALIGN bytes */
+	uint32_t *order;	/* a random permutation of 0 .. n - 1 */
+};
+
+/* Keeps the clock readings of the floor loops from being optimized away. */
+static volatile uint64_t pb_floor_sum;
+
+/*
+ * The order is read from a list, as the API loops read theirs, so that the
+ * index computation is not what is measured.  Inlined into each caller with
+ * constant arguments: three loops, no test of @clock inside them.
+ */
+static inline __attribute__((always_inline))
+double pb_floor_loop(const struct pb_floors *f, bool clock, clockid_t id)
+{
+	const uint32_t *order = f->order;
+	char *recs = f->recs;
+	size_t n = f->n;
+	uint64_t t0, t1, acc = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)
+				      (recs + (size_t)order[i] * BENCH_ALIGN);
+		struct timespec ts;
+		uint64_t v;
+
+		if (clock) {
+			if (clock_gettime(id, &ts) != 0)
+				bench_die("clock_gettime(%d) failed", (int)id);
+			acc += (uint64_t)ts.tv_nsec;
+		}
+		/* Load, then CAS from what was read: how a state word is changed. */
+		v = atomic_load_explicit(p, memory_order_relaxed);
+		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
+							memory_order_relaxed);
+	}
+	t1 = bench_now_ns();
+	pb_floor_sum = acc;
+	return (double)(t1 - t0) / (double)n;
+}
+
+static void pb_floors_alloc(struct pb_floors *f, size_t n)
+{
+	f->n = n > PB_FLOOR_RECS ? n : PB_FLOOR_RECS;
+	f->recs = bench_alloc(f->n * BENCH_ALIGN);
+	f->order = bench_alloc(f->n * sizeof(*f->order));
+}
+
+static void pb_floors_free(struct pb_floors *f)
+{
+	free(f->recs);
+	free(f->order);
+}
+
+/* One run's floors, in a fresh random order drawn from @r. */
+static void pb_floors_measure(struct pb_floors *f, struct bench_rng *r, size_t n,
+			      const char *label, double *out)
+{
+	bench_progress("kairos-bench peer: N=%zu %s: floors", n, label);
+	rng_permutation(r, f->order, f->n);
+	out[PB_FLOOR_CAS] = pb_floor_loop(f, false, CLOCK_MONOTONIC);
+	out[PB_FLOOR_CLOCK] = pb_floor_loop(f, true, CLOCK_MONOTONIC);
+	out[PB_FLOOR_COARSE] = pb_floor_loop(f, true, CLOCK_MONOTONIC_COARSE);
+}
+
+/* ------------------------------------------------------------------------
  * Options, sizes, the tables.
  */
 
@@ -1491,6 +1597,8 @@ struct pb_size {
 	unsigned runs;
 	enum pb_state state[PB_NIMPL];
 	double v[PB_NIMPL][PB_NROWS];	/* aggregated over the runs */
+	size_t floor_n;			/* the floors' records */
+	double floor[PB_NFLOORS];	/* medians over the runs */
 };
 
 static bool pb_column(const struct pb_opts *o, size_t i)
@@ -1529,11 +1637,14 @@ static unsigned pb_lat_for(const struct pb_opts *o, size_t n)
 static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 {
 	double (*v)[PB_NIMPL][PB_NROWS] = bench_alloc(s->runs * sizeof(*v));
+	double (*fv)[PB_NFLOORS] = bench_alloc(s->runs * sizeof(*fv));
 	double *sample = bench_alloc(s->runs * sizeof(double));
+	struct pb_floors f;
 	struct pb_lists l;
 
 	pb_lists_alloc(&l, s->n, s->lat);
-
+	pb_floors_alloc(&f, s->n);
+	s->floor_n = f.n;
 	for (unsigned run = 0; run < s->runs; run++) {
 		struct bench_rng r = { o->seed };
 		char label[32];
@@ -1542,6 +1653,8 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 		/* Each (seed, N, run) its own stream; the same for every column. */
 		r.s = rng_next(&r) ^ ((uint64_t)s->n << 20) ^ run;
 		pb_lists_fill(&l, &r);
+		/* After the lists, so that they are what they were without floors. */
+		pb_floors_measure(&f, &r, s->n, label, fv[run]);
 		/* Rotate who goes first, so that no column always starts a run. */
 		for (size_t k = 0; k < PB_NIMPL; k++) {
 			size_t i = (k + run) % PB_NIMPL;
@@ -1574,8 +1687,25 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			s->v[i][row] = bench_aggregate(pb_rows[row].agg, sample, s->runs);
 		}
 	}
+	if (o->raw)
+		printf("kairos-bench peer: N=%zu floors, each run's values (ns/op)\n", s->n);
+	for (int k = 0; k < PB_NFLOORS; k++) {
+		for (unsigned run = 0; run < s->runs; run++)
+			sample[run] = fv[run][k];
+		if (o->raw) {
+			printf("%-44s", pb_floor_names[k]);
+			for (unsigned run = 0; run < s->runs; run++)
+				printf(" %10.1f", sample[run]);
+			printf("\n");
+		}
+		s->floor[k] = bench_median(sample, s->runs);
+	}
+	if (o->raw)
+		printf("\n");
+	pb_floors_free(&f);
 	pb_lists_free(&l);
 	free(v);
+	free(fv);
 	free(sample);
 }
 
@@ -1651,6 +1781,21 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 		printf("kairos is ahead in every row with a ratio\n");
 }
 
+/* The floors, under the table: no column, since nothing but memory is timed. */
+static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
+{
+	printf("%sfloors: one atomic CAS per op on a random record of %zu (64 B each, one "
+	       "array, a precomputed random order; medians):\n", o->markdown ? "\n" : "",
+	       s->floor_n);
+	if (o->markdown)
+		printf("\n");
+	for (int k = 0; k < PB_NFLOORS; k++)
+		printf(o->markdown ? "- %s: %.1f ns/op\n" : "  %-44s %8.1f ns/op\n",
+		       pb_floor_names[k], s->floor[k]);
+	if (o->markdown)
+		printf("\n");
+}
+
 static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 {
 	bool ratios = s->state[0] == PB_OK;
@@ -1697,6 +1842,7 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 	}
 	if (o->markdown)
 		printf("\n");
+	pb_print_floors(o, s);
 	for (size_t i = 0; i < PB_NIMPL; i++)
 		if (pb_column(o, i) && s->state[i] == PB_NOFD)
 			printf("%s: n/a (EMFILE at ~%zu fds): N=%zu + %u churn slack + %u lateness "
@@ -1873,6 +2019,10 @@ static void pb_print_legend(const struct pb_opts *o)
 	printf("%schurn: CPU of the whole process (kairos's threads included) for %u ops, "
 	       "40%% push-later / 30%% arm / 30%% cancel\n", pre, PB_MIX_OPS);
 	printf("%s  on random members, %u per loop iteration.\n", pre, PB_MIX_BATCH);
+	printf("%sfloors: under each table, one atomic CAS per op on a random 64-byte record of "
+	       "max(%u, N) in one array, alone and after\n", pre, PB_FLOOR_RECS);
+	printf("%s  clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE): "
+	       "what a thread-safe timer call costs at the least.\n", pre);
 	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
 	       "the runs. Deadlines are random outside the\n", pre);
 	printf("%s  idle rows, so the loops' special cases for equal timeouts (libevent common "
@@ -1890,7 +2040,9 @@ static void pb_usage(FILE *f)
 		"idle-timeout arm, push-later and cancel (kairos_arm_slack + kairos_reset\n"
 		"against libev's ev_timer_again idiom; n/a for the others), lateness with\n"
 		"early callbacks, bytes per pending timer and churn CPU, at each N, with\n"
-		"each value's ratio to kairos's.\n"
+		"each value's ratio to kairos's.  Under each table, the floors: ns per\n"
+		"atomic CAS on a random 64-byte record of max(1e6, N), alone and after\n"
+		"clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE).\n"
 		"\n"
 		"  --n N          pending timers (1000..%u, 1e6 style allowed); repeat for\n"
 		"                 more sizes (default: the most that one timerfd per timer\n"
