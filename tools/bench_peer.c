@@ -8,9 +8,10 @@
  * pick instead: libev, libuv and libevent (each compiled in only when its
  * development package was found at build time) and one timerfd per timer in
  * one epoll set.  Every implementation is one table of function pointers
- * (setup, arm, cancel, push-later, run-in-the-loop, wait, teardown) driven
- * by the same code with the same lists, so that each does exactly the same
- * operations on the same slots with the same delays.
+ * (setup, arm, cancel, push-later, optional idle arm and idle push,
+ * run-in-the-loop, wait, teardown) driven by the same code with the same
+ * lists, so that each does exactly the same operations on the same slots
+ * with the same delays.
  *
  * What is compared is what each costs a server thread, used the way it is
  * meant to be used.  libev, libuv and libevent are single-threaded event
