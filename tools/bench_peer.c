@@ -1673,11 +1673,14 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			       pb_impls[i]->name);
 			for (int row = 0; row < PB_NROWS; row++) {
 				printf("%-22s", pb_rows[row].name);
-				for (unsigned run = 0; run < s->runs; run++)
+				for (unsigned run = 0; run < s->runs; run++) {
+					double x = v[run][i][row];
+
 					if (pb_has_row(i, row))
-						printf(" %10.*f", pb_rows[row].prec, v[run][i][row]);
+						printf(" %10.*f", pb_rows[row].prec, x);
 					else
 						printf(" %10s", "n/a");
+				}
 				printf("\n");
 			}
 			printf("\n");
