@@ -23,6 +23,7 @@
 int wb_main(int argc, char **argv);	/* bench_wheel.c */
 int sb_main(int argc, char **argv);	/* bench_service.c */
 int pb_main(int argc, char **argv);	/* bench_peer.c */
+int sc_main(int argc, char **argv);	/* bench_scale.c */
 
 /* Whether to print progress lines: only when stderr is a terminal. */
 extern bool bench_progress_on;
