@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -242,4 +243,28 @@ double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs)
 	default:
 		return bench_median(sample, runs);
 	}
+}
+
+void bench_machine(char *buf, size_t len)
+{
+	char line[256], model[128] = "?";
+	struct utsname u;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			char *c = strchr(line, ':');
+
+			if (!strncmp(line, "model name", 10) && c) {
+				snprintf(model, sizeof(model), "%s", c + 2);
+				model[strcspn(model, "\n")] = '\0';
+				break;
+			}
+		}
+		fclose(f);
+	}
+	if (uname(&u) != 0)
+		snprintf(u.release, sizeof(u.release), "?");
+	snprintf(buf, len, "%s, %ld CPUs online, Linux %s", model, sysconf(_SC_NPROCESSORS_ONLN),
+		 u.release);
 }

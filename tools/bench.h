@@ -2,8 +2,8 @@
 /*
  * bench.h - helpers shared by every mode of kairos-bench: failing loudly,
  * the clock, memory, a seeded generator, argument parsing, progress lines,
- * medians and goal cells.  Definitions in bench.c; the few called inside
- * timed loops are inline here.
+ * medians, goal cells and the machine's line.  Definitions in bench.c; the
+ * few called inside timed loops are inline here.
  *
  * Each mode lives in a file of its own (bench_<mode>.c) and is reached only
  * through its entry point, listed in the mode table of kairos-bench.c.
@@ -23,6 +23,7 @@
 int wb_main(int argc, char **argv);	/* bench_wheel.c */
 int sb_main(int argc, char **argv);	/* bench_service.c */
 int pb_main(int argc, char **argv);	/* bench_peer.c */
+int sc_main(int argc, char **argv);	/* bench_scale.c */
 
 /* Whether to print progress lines: only when stderr is a terminal. */
 extern bool bench_progress_on;
@@ -105,6 +106,9 @@ void bench_sleep_ns(uint64_t ns);
  */
 void bench_settle_until(uint64_t give_up);
 void bench_settle(void);
+
+/* The CPU model, the CPUs online and the kernel release, on one line. */
+void bench_machine(char *buf, size_t len);
 
 /* One status line on stderr, rewritten in place; nothing unless a terminal. */
 __attribute__((format(printf, 1, 2)))

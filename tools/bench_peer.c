@@ -8,9 +8,10 @@
  * pick instead: libev, libuv and libevent (each compiled in only when its
  * development package was found at build time) and one timerfd per timer in
  * one epoll set.  Every implementation is one table of function pointers
- * (setup, arm, cancel, push-later, run-in-the-loop, wait, teardown) driven
- * by the same code with the same lists, so that each does exactly the same
- * operations on the same slots with the same delays.
+ * (setup, arm, cancel, push-later, optional idle arm and idle push,
+ * run-in-the-loop, wait, teardown) driven by the same code with the same
+ * lists, so that each does exactly the same operations on the same slots
+ * with the same delays.
  *
  * What is compared is what each costs a server thread, used the way it is
  * meant to be used.  libev, libuv and libevent are single-threaded event
@@ -50,6 +51,33 @@
  *                     libevent evtimer_add() on the pending event, timerfd
  *                     timerfd_settime(), kairos kairos_reset() (which reads
  *                     the clock; the loops use their cached time).
+ *   idle arm, idle push-later, idle cancel
+ *                     the idle timeout of a connection, written the way
+ *                     each library documents it, between the cancel and the
+ *                     arm above (the N slots are free then): N armed with a
+ *                     delay of 30 s in slot order (idle arm: kairos
+ *                     kairos_arm_slack() with a tenth of slack, 3 s; libev
+ *                     ev_timer_init() with repeat 30 s, then
+ *                     ev_timer_again(), method 2 of its manual's "Be smart
+ *                     about timeouts"), each pushed to 30 s from now in the
+ *                     push-later row's random order (idle push-later: kairos
+ *                     kairos_reset(); libev ev_timer_again()), then all
+ *                     cancelled in the cancel row's random order (idle
+ *                     cancel: kairos_cancel(); libev ev_timer_stop()).  The
+ *                     idle cancel frees the records in the order the cancel
+ *                     row did, so the arm row is not changed by them.  The
+ *                     N idle arms run in one loop callback, so in libev
+ *                     they share one deadline (cached now + 30 s): an arm
+ *                     stays at the leaf where it is added and a stop moves
+ *                     the last leaf into a place among equals, both O(1);
+ *                     each push, to a later cached now, walks down the heap.
+ *                     A server arming over many iterations keeps its
+ *                     timeouts in arm order, where a stop's last leaf may
+ *                     walk down too: libev's idle cancel here is its best
+ *                     case.  libuv, libevent and timerfd have no idiom of
+ *                     this kind apart from their plain arm and push (the
+ *                     rows above): their idle cells are n/a, as are those
+ *                     of any implementation that leaves idle_arm NULL.
  *   lateness          L timers (20000; fewer where one timerfd per timer
  *                     must fit under RLIMIT_NOFILE), delays of whole
  *                     milliseconds U{1..200}, armed PB_LAT_BATCH per loop
@@ -72,6 +100,18 @@
  *                     random members, PB_MIX_BATCH per loop iteration (the
  *                     pending count stays within N + PB_SLACK); for kairos
  *                     until its threads are quiet again.  ms per 1e6 ops.
+ *
+ * And once per run, before the implementations, three floors, the same for
+ * every column and printed under the table: over max(1e6, N) records of 64
+ * bytes in one array, one op per record in a precomputed random order, ns
+ * per op of (1) one atomic compare-and-swap of the record's first word,
+ * (2) clock_gettime(CLOCK_MONOTONIC) then that CAS, (3)
+ * clock_gettime(CLOCK_MONOTONIC_COARSE) then that CAS.  A timer call that
+ * any thread may make must change a record's state atomically, and one that
+ * takes a delay must read a clock: these are its physical floors here.  The
+ * vDSO orders its TSC read after all earlier loads, so (2) also shows what
+ * the clock costs in cache misses that no longer overlap; the coarse clock
+ * is a plain load of the kernel's last tick, so (3) shows what is left.
  *
  * Times are CLOCK_MONOTONIC around whole batches, taken inside the loop's
  * callback, so that a loop iteration's own cost is not counted.  The table
@@ -96,7 +136,6 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
-#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -134,6 +173,9 @@
 #define PB_BIG_N	1000000u	/* from here, fewer runs by default */
 #define PB_BIG_RUNS	3u
 #define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
+#define PB_IDLE_DELAY	(30 * PB_S)	/* the idle timeout of the idle rows */
+#define PB_IDLE_SLACK	(PB_IDLE_DELAY / 10)	/* kairos's: a tenth, as its manual says */
+#define PB_FLOOR_RECS	1000000u	/* the floors' records: this many, or N if more */
 
 /* ------------------------------------------------------------------------
  * Rows of the table.
@@ -144,6 +186,9 @@ enum pb_row {
 	PB_CANCEL,
 	PB_PAIR,
 	PB_LATER,
+	PB_IDLE_ARM,
+	PB_IDLE_LATER,
+	PB_IDLE_CANCEL,
 	PB_LAT_P50,
 	PB_LAT_P99,
 	PB_LAT_MAX,
@@ -166,6 +211,9 @@ static const struct pb_row_info {
 	[PB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, BENCH_MEDIAN, true },
 	[PB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_ARM] = { "idle arm", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_LATER] = { "idle push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_CANCEL] = { "idle cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_MAX] = { "lateness max", "us", 1, BENCH_MAX, true },
@@ -174,6 +222,23 @@ static const struct pb_row_info {
 	[PB_BYTES] = { "bytes/timer (RSS)", "B", 1, BENCH_MEDIAN, true },
 	[PB_KBYTES] = { "bytes/timer (kernel)", "B", 1, BENCH_MEDIAN, false },
 	[PB_CHURN] = { "churn CPU", "ms/1e6 ops", 1, BENCH_MEDIAN, true },
+};
+
+/*
+ * The floors: what one op on a random record of a large array costs at the
+ * least, whoever does it.  Not per implementation: printed under the table.
+ */
+enum pb_floor {
+	PB_FLOOR_CAS,
+	PB_FLOOR_CLOCK,
+	PB_FLOOR_COARSE,
+	PB_NFLOORS
+};
+
+static const char *const pb_floor_names[PB_NFLOORS] = {
+	[PB_FLOOR_CAS] = "CAS",
+	[PB_FLOOR_CLOCK] = "clock_gettime(CLOCK_MONOTONIC) + CAS",
+	[PB_FLOOR_COARSE] = "clock_gettime(CLOCK_MONOTONIC_COARSE) + CAS",
 };
 
 /* ------------------------------------------------------------------------
@@ -190,6 +255,13 @@ struct pb_impl {
 	void (*arm)(uint32_t slot, uint64_t delay_ns);
 	void (*cancel)(uint32_t slot);
 	void (*push_later)(uint32_t slot, uint64_t delay_ns);
+	/*
+	 * Optional (NULL: the idle rows show n/a): an idle timeout of
+	 * PB_IDLE_DELAY armed the way the library means one to be, and pushed
+	 * to PB_IDLE_DELAY from now on activity.  It ends with cancel().
+	 */
+	void (*idle_arm)(uint32_t slot);
+	void (*idle_push)(uint32_t slot);
 	/* Runs @fn(@arg) as a loop iteration's work, then what is due, no wait. */
 	void (*in_loop)(void (*fn)(void *), void *arg);
 	void (*wait)(void);		/* one iteration that may block for what is due */
@@ -390,6 +462,25 @@ static void pk_push_later(uint32_t slot, uint64_t delay_ns)
 		bench_die("kairos_reset of a pending timer: %s", strerror(-rc));
 }
 
+/* The idle timeout as kairos_arm_slack() documents it: a tenth of slack. */
+static void pk_idle_arm(uint32_t slot)
+{
+	int rc = kairos_arm_slack(pk_k, PB_IDLE_DELAY, PB_IDLE_SLACK, pk_cb,
+				  (void *)(uintptr_t)slot, &pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_arm_slack: %s", strerror(-rc));
+}
+
+/* kairos_reset() keeps the slack of the arm. */
+static void pk_idle_push(uint32_t slot)
+{
+	int rc = kairos_reset(pk_k, pk_id[slot], PB_IDLE_DELAY);
+
+	if (rc)
+		bench_die("kairos_reset of a pending idle timer: %s", strerror(-rc));
+}
+
 /* Not a loop: the calling thread is any thread. */
 static void pk_in_loop(void (*fn)(void *), void *arg)
 {
@@ -450,6 +541,8 @@ static const struct pb_impl pb_kairos = {
 	.arm = pk_arm,
 	.cancel = pk_cancel,
 	.push_later = pk_push_later,
+	.idle_arm = pk_idle_arm,
+	.idle_push = pk_idle_push,
 	.in_loop = pk_in_loop,
 	.wait = pk_wait,
 	.quiesce = bench_settle,
@@ -506,6 +599,25 @@ static void pe_push_later(uint32_t slot, uint64_t delay_ns)
 	ev_timer_again(pe_loop, w);
 }
 
+/*
+ * libev's manual, "Be smart about timeouts", method 2: the timeout is the
+ * repeat of a timer started by ev_timer_again(), and activity calls
+ * ev_timer_again() again, which moves it to now + repeat in the heap.
+ */
+static void pe_idle_arm(uint32_t slot)
+{
+	ev_timer *w = &pe_w[slot];
+
+	ev_timer_init(w, pe_cb, 0., (ev_tstamp)PB_IDLE_DELAY * 1e-9);
+	w->data = (void *)(uintptr_t)slot;
+	ev_timer_again(pe_loop, w);
+}
+
+static void pe_idle_push(uint32_t slot)
+{
+	ev_timer_again(pe_loop, &pe_w[slot]);
+}
+
 static void pe_once_cb(int revents, void *arg)
 {
 	(void)revents;
@@ -556,6 +668,8 @@ static const struct pb_impl pb_libev = {
 	.arm = pe_arm,
 	.cancel = pe_cancel,
 	.push_later = pe_push_later,
+	.idle_arm = pe_idle_arm,
+	.idle_push = pe_idle_push,
 	.in_loop = pe_in_loop,
 	.wait = pe_wait,
 	.quiesce = pb_no_quiesce,
@@ -1125,6 +1239,33 @@ static void pb_later_job(void *arg)
 	j->ns = bench_now_ns() - t0;
 }
 
+/* Idle timeouts armed in slot order, as the arm row arms its timers. */
+static void pb_idle_arm_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*arm)(uint32_t) = j->im->idle_arm;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		arm((uint32_t)i);
+	j->ns = bench_now_ns() - t0;
+}
+
+/* Activity on each connection, in the push-later row's random order. */
+static void pb_idle_later_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*push)(uint32_t) = j->im->idle_push;
+	const uint32_t *order = j->l->later_order;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; i < n; i++)
+		push(order[i]);
+	j->ns = bench_now_ns() - t0;
+}
+
 /* The deadline meant: the clock just before the arm call, plus the delay. */
 static void pb_lat_job(void *arg)
 {
@@ -1305,6 +1446,26 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	im->in_loop(pb_cancel_job, &j);
 	row[PB_CANCEL] = (double)j.ns / (double)n;
 	im->quiesce();
+	/*
+	 * The idle rows go here, between the cancel and the arm: the N slots
+	 * are free, and the idle cancel, in the cancel row's order, hands the
+	 * arm row the records in the same order as the cancel row did.
+	 */
+	if (im->idle_arm) {
+		pb_progress(im, n, label, "idle arm");
+		im->in_loop(pb_idle_arm_job, &j);
+		row[PB_IDLE_ARM] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_progress(im, n, label, "idle push-later");
+		im->in_loop(pb_idle_later_job, &j);
+		row[PB_IDLE_LATER] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_progress(im, n, label, "idle cancel");
+		im->in_loop(pb_cancel_job, &j);
+		row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
+		im->quiesce();
+		pb_no_strays(im, "idle");
+	}
 	pb_progress(im, n, label, "arm");
 	im->in_loop(pb_arm_job, &j);
 	row[PB_ARM] = (double)j.ns / (double)n;
@@ -1330,6 +1491,82 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	pb_no_strays(im, "churn");
 	pb_progress(im, n, label, "teardown");
 	im->teardown(pending);
+}
+
+/* ------------------------------------------------------------------------
+ * The floors: one atomic CAS on a random 64-byte record per op, alone and
+ * after a clock read.  A timer call that any thread may make must change
+ * its record's state word with an atomic op, and one that takes a delay
+ * must read the clock for now + delay: these are what such a call costs at
+ * the very least on this machine, at this many records.
+ */
+
+struct pb_floors {
+	size_t n;		/* records: max(PB_FLOOR_RECS, N) */
+	char *recs;		/* n * BENCH_ALIGN bytes */
+	uint32_t *order;	/* a random permutation of 0 .. n - 1 */
+};
+
+/* Keeps the clock readings of the floor loops from being optimized away. */
+static volatile uint64_t pb_floor_sum;
+
+/*
+ * The order is read from a list, as the API loops read theirs, so that the
+ * index computation is not what is measured.  Inlined into each caller with
+ * constant arguments: three loops, no test of @clock inside them.
+ */
+static inline __attribute__((always_inline))
+double pb_floor_loop(const struct pb_floors *f, bool clock, clockid_t id)
+{
+	const uint32_t *order = f->order;
+	char *recs = f->recs;
+	size_t n = f->n;
+	uint64_t t0, t1, acc = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)
+				      (recs + (size_t)order[i] * BENCH_ALIGN);
+		struct timespec ts;
+		uint64_t v;
+
+		if (clock) {
+			if (clock_gettime(id, &ts) != 0)
+				bench_die("clock_gettime(%d) failed", (int)id);
+			acc += (uint64_t)ts.tv_nsec;
+		}
+		/* Load, then CAS from what was read: how a state word is changed. */
+		v = atomic_load_explicit(p, memory_order_relaxed);
+		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
+							memory_order_relaxed);
+	}
+	t1 = bench_now_ns();
+	pb_floor_sum = acc;
+	return (double)(t1 - t0) / (double)n;
+}
+
+static void pb_floors_alloc(struct pb_floors *f, size_t n)
+{
+	f->n = n > PB_FLOOR_RECS ? n : PB_FLOOR_RECS;
+	f->recs = bench_alloc(f->n * BENCH_ALIGN);
+	f->order = bench_alloc(f->n * sizeof(*f->order));
+}
+
+static void pb_floors_free(struct pb_floors *f)
+{
+	free(f->recs);
+	free(f->order);
+}
+
+/* One run's floors, in a fresh random order drawn from @r. */
+static void pb_floors_measure(struct pb_floors *f, struct bench_rng *r, size_t n,
+			      const char *label, double *out)
+{
+	bench_progress("kairos-bench peer: N=%zu %s: floors", n, label);
+	rng_permutation(r, f->order, f->n);
+	out[PB_FLOOR_CAS] = pb_floor_loop(f, false, CLOCK_MONOTONIC);
+	out[PB_FLOOR_CLOCK] = pb_floor_loop(f, true, CLOCK_MONOTONIC);
+	out[PB_FLOOR_COARSE] = pb_floor_loop(f, true, CLOCK_MONOTONIC_COARSE);
 }
 
 /* ------------------------------------------------------------------------
@@ -1361,11 +1598,21 @@ struct pb_size {
 	unsigned runs;
 	enum pb_state state[PB_NIMPL];
 	double v[PB_NIMPL][PB_NROWS];	/* aggregated over the runs */
+	size_t floor_n;			/* the floors' records */
+	double floor[PB_NFLOORS];	/* medians over the runs */
 };
 
 static bool pb_column(const struct pb_opts *o, size_t i)
 {
 	return !pb_impls[i]->missing && (!o->only_set || o->only[i]);
+}
+
+/* Whether @i has a value in @row: the idle rows need its idle functions. */
+static bool pb_has_row(size_t i, int row)
+{
+	if (row == PB_IDLE_ARM || row == PB_IDLE_LATER || row == PB_IDLE_CANCEL)
+		return pb_impls[i]->idle_arm != NULL;
+	return true;
 }
 
 /* Slots that @i needs at N = @n with @lat lateness timers, against its cap. */
@@ -1391,10 +1638,14 @@ static unsigned pb_lat_for(const struct pb_opts *o, size_t n)
 static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 {
 	double (*v)[PB_NIMPL][PB_NROWS] = bench_alloc(s->runs * sizeof(*v));
+	double (*fv)[PB_NFLOORS] = bench_alloc(s->runs * sizeof(*fv));
 	double *sample = bench_alloc(s->runs * sizeof(double));
+	struct pb_floors f;
 	struct pb_lists l;
 
 	pb_lists_alloc(&l, s->n, s->lat);
+	pb_floors_alloc(&f, s->n);
+	s->floor_n = f.n;
 	for (unsigned run = 0; run < s->runs; run++) {
 		struct bench_rng r = { o->seed };
 		char label[32];
@@ -1403,6 +1654,8 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 		/* Each (seed, N, run) its own stream; the same for every column. */
 		r.s = rng_next(&r) ^ ((uint64_t)s->n << 20) ^ run;
 		pb_lists_fill(&l, &r);
+		/* After the lists, so that they are what they were without floors. */
+		pb_floors_measure(&f, &r, s->n, label, fv[run]);
 		/* Rotate who goes first, so that no column always starts a run. */
 		for (size_t k = 0; k < PB_NIMPL; k++) {
 			size_t i = (k + run) % PB_NIMPL;
@@ -1420,8 +1673,14 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			       pb_impls[i]->name);
 			for (int row = 0; row < PB_NROWS; row++) {
 				printf("%-22s", pb_rows[row].name);
-				for (unsigned run = 0; run < s->runs; run++)
-					printf(" %10.*f", pb_rows[row].prec, v[run][i][row]);
+				for (unsigned run = 0; run < s->runs; run++) {
+					double x = v[run][i][row];
+
+					if (pb_has_row(i, row))
+						printf(" %10.*f", pb_rows[row].prec, x);
+					else
+						printf(" %10s", "n/a");
+				}
 				printf("\n");
 			}
 			printf("\n");
@@ -1432,8 +1691,25 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			s->v[i][row] = bench_aggregate(pb_rows[row].agg, sample, s->runs);
 		}
 	}
+	if (o->raw)
+		printf("kairos-bench peer: N=%zu floors, each run's values (ns/op)\n", s->n);
+	for (int k = 0; k < PB_NFLOORS; k++) {
+		for (unsigned run = 0; run < s->runs; run++)
+			sample[run] = fv[run][k];
+		if (o->raw) {
+			printf("%-44s", pb_floor_names[k]);
+			for (unsigned run = 0; run < s->runs; run++)
+				printf(" %10.1f", sample[run]);
+			printf("\n");
+		}
+		s->floor[k] = bench_median(sample, s->runs);
+	}
+	if (o->raw)
+		printf("\n");
+	pb_floors_free(&f);
 	pb_lists_free(&l);
 	free(v);
+	free(fv);
 	free(sample);
 }
 
@@ -1446,6 +1722,10 @@ static void pb_cell(char *buf, size_t len, const struct pb_size *s, size_t i, in
 
 	if (s->state[i] == PB_NOFD) {
 		snprintf(buf, len, "n/a (EMFILE)");
+		return;
+	}
+	if (!pb_has_row(i, row)) {
+		snprintf(buf, len, "n/a");
 		return;
 	}
 	/* The system-wide slab moves by more than nothing per timer would. */
@@ -1481,7 +1761,8 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 			/* One timerfd per timer keeps its bytes in the kernel: count them. */
 			if (row == PB_BYTES && pb_impls[i]->kernel_state)
 				x += s->v[i][PB_KBYTES];
-			if (!pb_column(o, i) || s->state[i] != PB_OK || x >= k)
+			if (!pb_column(o, i) || s->state[i] != PB_OK || !pb_has_row(i, row) ||
+			    x >= k)
 				continue;
 			if (x > 0)
 				snprintf(ratio, sizeof(ratio), " (%.2fx)", x / k);
@@ -1502,6 +1783,21 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 	}
 	if (!any)
 		printf("kairos is ahead in every row with a ratio\n");
+}
+
+/* The floors, under the table: no column, since nothing but memory is timed. */
+static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
+{
+	printf("%sfloors: one atomic CAS per op on a random record of %zu (64 B each, one "
+	       "array, a precomputed random order; medians):\n", o->markdown ? "\n" : "",
+	       s->floor_n);
+	if (o->markdown)
+		printf("\n");
+	for (int k = 0; k < PB_NFLOORS; k++)
+		printf(o->markdown ? "- %s: %.1f ns/op\n" : "  %-44s %8.1f ns/op\n",
+		       pb_floor_names[k], s->floor[k]);
+	if (o->markdown)
+		printf("\n");
 }
 
 static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
@@ -1550,6 +1846,7 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 	}
 	if (o->markdown)
 		printf("\n");
+	pb_print_floors(o, s);
 	for (size_t i = 0; i < PB_NIMPL; i++)
 		if (pb_column(o, i) && s->state[i] == PB_NOFD)
 			printf("%s: n/a (EMFILE at ~%zu fds): N=%zu + %u churn slack + %u lateness "
@@ -1597,7 +1894,8 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 		bool log;
 	} panels[] = {
 		{ PB_PAIR, true }, { PB_LATER, true }, { PB_CHURN, true }, { PB_BYTES, true },
-		{ PB_LAT_P50, false }, { PB_LAT_P99, false }, { PB_EARLY, false },
+		{ PB_IDLE_LATER, true }, { PB_LAT_P50, false }, { PB_LAT_P99, false },
+		{ PB_EARLY, false },
 	};
 	FILE *f;
 	int rc;
@@ -1636,7 +1934,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 				/* Bytes: where per-timer state is in the kernel, that too. */
 				if (panels[p].row == PB_BYTES && pb_impls[i]->kernel_state)
 					x += sizes[s].v[i][PB_KBYTES];
-				if (sizes[s].state[i] == PB_OK)
+				if (sizes[s].state[i] == PB_OK && pb_has_row(i, panels[p].row))
 					fprintf(f, " %.3f", x);
 				else
 					fprintf(f, " NaN");
@@ -1669,36 +1967,12 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
  * The legend and the entry point.
  */
 
-static void pb_machine(char *buf, size_t len)
-{
-	char line[256], model[128] = "?";
-	struct utsname u;
-	FILE *f = fopen("/proc/cpuinfo", "r");
-
-	if (f) {
-		while (fgets(line, sizeof(line), f)) {
-			char *c = strchr(line, ':');
-
-			if (!strncmp(line, "model name", 10) && c) {
-				snprintf(model, sizeof(model), "%s", c + 2);
-				model[strcspn(model, "\n")] = '\0';
-				break;
-			}
-		}
-		fclose(f);
-	}
-	if (uname(&u) != 0)
-		snprintf(u.release, sizeof(u.release), "?");
-	snprintf(buf, len, "%s, %ld CPUs online, Linux %s", model, sysconf(_SC_NPROCESSORS_ONLN),
-		 u.release);
-}
-
 static void pb_print_legend(const struct pb_opts *o)
 {
 	const char *pre = o->markdown ? "" : "# ";
 	char buf[512];
 
-	pb_machine(buf, sizeof(buf));
+	bench_machine(buf, sizeof(buf));
 	printf("%speer: the same workloads on kairos and its peers, one after another in each "
 	       "run (machine: %s)\n", pre, buf);
 	printf("%sWhat each costs a server thread: libev, libuv and libevent are "
@@ -1730,6 +2004,14 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "recycled records, in the order they were freed);\n", pre);
 	printf("%spush-later: each to its delay + U[1,1000] ms (libev: repeat + "
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
+	printf("%sidle: N idle timeouts of %" PRIu64 " s armed in slot order (kairos: "
+	       "kairos_arm_slack, %" PRIu64 " s slack; libev: ev_timer_init, repeat %" PRIu64
+	       " s, + ev_timer_again),\n", pre, PB_IDLE_DELAY / PB_S, PB_IDLE_SLACK / PB_S,
+	       PB_IDLE_DELAY / PB_S);
+	printf("%s  each pushed to %" PRIu64 " s from now in a random order (kairos_reset; "
+	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / PB_S);
+	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
+	       "and push (libuv, libevent, timerfd);\n", pre);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
 	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
 	printf("%s  iteration, N pending; early = callbacks before that deadline (a cached "
@@ -1741,10 +2023,14 @@ static void pb_print_legend(const struct pb_opts *o)
 	printf("%schurn: CPU of the whole process (kairos's threads included) for %u ops, "
 	       "40%% push-later / 30%% arm / 30%% cancel\n", pre, PB_MIX_OPS);
 	printf("%s  on random members, %u per loop iteration.\n", pre, PB_MIX_BATCH);
+	printf("%sfloors: under each table, one atomic CAS per op on a random 64-byte record of "
+	       "max(%u, N) in one array, alone and after\n", pre, PB_FLOOR_RECS);
+	printf("%s  clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE): "
+	       "what a thread-safe timer call costs at the least.\n", pre);
 	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
-	       "the runs. Deadlines are random, so the\n", pre);
-	printf("%s  loops' special cases for equal timeouts (libevent common timeouts, "
-	       "libev's list idiom) do not apply.\n\n", pre);
+	       "the runs. Deadlines are random outside the\n", pre);
+	printf("%s  idle rows, so the loops' special cases for equal timeouts (libevent common "
+	       "timeouts, libev's list idiom) do not apply.\n\n", pre);
 }
 
 static void pb_usage(FILE *f)
@@ -1755,8 +2041,12 @@ static void pb_usage(FILE *f)
 		"\n"
 		"The same workloads on kairos, libev, libuv, libevent (those found at build\n"
 		"time) and one timerfd per timer, in the same run: arm, cancel, push-later,\n"
-		"lateness with early callbacks, bytes per pending timer and churn CPU, at\n"
-		"each N, with each value's ratio to kairos's.\n"
+		"idle-timeout arm, push-later and cancel (kairos_arm_slack + kairos_reset\n"
+		"against libev's ev_timer_again idiom; n/a for the others), lateness with\n"
+		"early callbacks, bytes per pending timer and churn CPU, at each N, with\n"
+		"each value's ratio to kairos's.  Under each table, the floors: ns per\n"
+		"atomic CAS on a random 64-byte record of max(1e6, N), alone and after\n"
+		"clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE).\n"
 		"\n"
 		"  --n N          pending timers (1000..%u, 1e6 style allowed); repeat for\n"
 		"                 more sizes (default: the most that one timerfd per timer\n"

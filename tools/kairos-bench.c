@@ -14,6 +14,8 @@
  *             called from a thread that is not a shard thread.
  *   peer      bench_peer.c: the same workloads on kairos, libev, libuv,
  *             libevent and one timerfd per timer, with ratios to kairos.
+ *   scale     bench_scale.c: 1, 2, 4, 8 caller threads on one kairos
+ *             service, and on one binary heap under one mutex.
  *
  * Helpers every mode uses (failing loudly, the clock, memory, the generator,
  * argument parsing, progress lines, medians) are in bench.h and bench.c.
@@ -40,6 +42,7 @@ static const struct bench_mode bench_modes[] = {
 	{ "service", "the kairos service: API costs, expiry, lateness, memory, CPU, wake-ups",
 	  sb_main },
 	{ "peer", "kairos against libev, libuv, libevent and one timerfd per timer", pb_main },
+	{ "scale", "caller threads on one kairos service, and on one locked heap", sc_main },
 };
 
 #define BENCH_NMODES	(sizeof(bench_modes) / sizeof(bench_modes[0]))
