@@ -260,13 +260,16 @@ struct shard {
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t inbox_posts;	/* approximate, to wake on a deep inbox */
 	/*
+	 * Written by the shard (twice a pass) and read by every poster: a line
+	 * of its own, so that posters' writes above do not take it away.
+	 *
 	 * The tick the shard sleeps until (its timerfd), or 0 while it is awake
 	 * and will look at the inbox before sleeping again.  A poster whose
 	 * deadline is earlier wakes it.  SLEEP_FAR is set when that tick is
 	 * more than SHARD_FLUSH_NS away: a post then wakes the shard, so that
 	 * no post waits longer than that for the shard to take it.
 	 */
-	_Atomic uint64_t sleep_tick;
+	_Atomic uint64_t sleep_tick __attribute__((aligned(CACHELINE)));
 	_Atomic int wake_pending;
 
 	/*
@@ -279,6 +282,7 @@ struct shard {
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
+	_Atomic(struct post_ring *) rings;	/* the calling threads' post rings */
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct lat_hist lat;
@@ -376,9 +380,16 @@ extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
  */
 #define BUNDLE_RECS	64	/* free records a thread takes from a shard at once */
 
+struct post_ring;
+
 struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
+	/*
+	 * Its post ring for each shard of k, made on first use (post.c).  The
+	 * array is the service's: freed when the thread leaves, or by destroy.
+	 */
+	_Atomic(struct post_ring **) rings;
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
 	_Atomic uint64_t armed;		/* single writer: this thread */
 	_Atomic uint64_t cancelled;
@@ -408,6 +419,12 @@ static inline struct tstate *ts_for(struct kairos *k)
 	return ts_attach(k);
 }
 
+/* This thread's state if it is on @k, else NULL; never joins (any context). */
+static inline struct tstate *ts_mine(struct kairos *k)
+{
+	return atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k ? &tls_ts : NULL;
+}
+
 /* A count only its thread writes: a plain add, published by a release store. */
 static inline void ts_bump(_Atomic uint64_t *c)
 {
@@ -420,10 +437,41 @@ static inline uint64_t ts_read(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_acquire);
 }
 
+/* ---- post rings (post.c) -----------------------------------------------------
+ * One single-producer ring per (calling thread, shard): the producer writes
+ * slot and tail, the shard reads them and writes head.
+ */
+#define POST_RING_SLOTS	256
+#define POST_RING_NONE	((struct post_ring *)1)	/* could not be made: use the inbox */
+
+struct post_ring {
+	_Atomic uint32_t tail __attribute__((aligned(CACHELINE)));	/* producer's line */
+	uint32_t head_seen;		/* the producer's last look at head */
+	_Atomic uint32_t head __attribute__((aligned(CACHELINE)));	/* the shard's line */
+	_Atomic int orphan;		/* its thread has left: the shard frees it */
+	_Atomic(struct post_ring *) next;	/* on the shard's list */
+	struct rec *slot[POST_RING_SLOTS] __attribute__((aligned(CACHELINE)));
+};
+
+bool post_ring_push(struct tstate *t, struct shard *s, struct rec *r);
+bool post_rings_empty(struct shard *s);
+bool post_rings_drain(struct shard *s, void (*one)(struct shard *, struct rec *, void *),
+		      void *ctx);
+void post_rings_free(struct shard *s);
+void post_rings_leave(struct post_ring **rings, unsigned nshards);
+
 /* table.c: record pools, lookup by id, reclamation. */
 int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		uint32_t *index);
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
+
+/* Records a thread ends in a row, handed to the reclaimer a bundle at a time. */
+struct rbundle {
+	struct rec *first, *last;
+	unsigned n;
+};
+void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
+void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 struct rec_period *table_period(struct shard *s, uint32_t index);
 uint32_t table_index(struct shard *s, const struct rec *r);
@@ -450,7 +498,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out);
 void shard_free(struct shard *s);
 int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
-bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
+bool shard_post(struct shard *s, struct tstate *t, struct rec *r, uint64_t tick);
 void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);

@@ -454,7 +454,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		atomic_fetch_add_explicit(&k->base.armed, 1, memory_order_release);
 	if (out)
 		*out = id_make(st_gen(st), s->index, index);
-	if (shard_post(s, r, tick))
+	if (shard_post(s, t, r, tick))
 		*behind = s->index + 1;
 	return 0;
 }
@@ -590,7 +590,7 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 			break;
 	}
 	/* This thread's own count when it is on @k, else the shared one. */
-	if (atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k)
+	if (ts_mine(k))
 		ts_bump(&tls_ts.cancelled);
 	else
 		atomic_fetch_add_explicit(&k->base.cancelled, 1, memory_order_release);
@@ -601,7 +601,7 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	 * cancel never waits for a shard that is behind: it adds no record.
 	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		(void)shard_post(s, r, UINT64_MAX);
+		(void)shard_post(s, ts_mine(k), r, UINT64_MAX);
 	return 0;
 }
 
@@ -772,7 +772,7 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	}
 	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(held & ST_QUEUED))
-		(void)shard_post(s, r, tick);
+		(void)shard_post(s, ts_mine(k), r, tick);
 	else if (earlier &&
 		 tick < sleep_tick_of(atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst)))
 		shard_wake(s);

@@ -43,8 +43,11 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 }
 
 /*
- * shard_post - puts @r on @s's inbox and wakes @s if @tick is earlier than
- * the tick it sleeps until.  Call with rcu_read_lock held.
+ * shard_post - hands @r to @s: on the post ring of @t (the calling thread's
+ * state, NULL for a thread that is not on the service) when it has one with
+ * room, else on @s's shared inbox.  Wakes @s if @tick is earlier than the
+ * tick it sleeps until, or if it sleeps far (SLEEP_FAR).  Call with
+ * rcu_read_lock held.
  *
  * Return: true when @s is SHARD_POST_LIMIT posts behind and the caller is not
  * a shard thread.  Without a bound, threads that outnumber the cores can post
@@ -54,11 +57,24 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
  * kairos.c); nothing else waits, and a shard thread never does: two shards
  * whose inline callbacks post to each other would wait for each other.
  */
-bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
+bool shard_post(struct shard *s, struct tstate *t, struct rec *r, uint64_t tick)
 {
-	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
+	struct rec *old;
 	uint64_t n, sleep;
 
+	if (t && post_ring_push(t, s, r)) {
+		/*
+		 * The ring's tail is out; this fence orders it before the load
+		 * of sleep_tick, as the inbox's seq_cst CAS does below.
+		 */
+		atomic_thread_fence(memory_order_seq_cst);
+		sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+		if (tick < sleep_tick_of(sleep) || (sleep & SLEEP_FAR))
+			shard_wake(s);
+		/* A full ring sends posts to the inbox, whose bound applies there. */
+		return false;
+	}
+	old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	do {
 		__atomic_store_n(&r->inbox_next, old, __ATOMIC_RELAXED);
 		/* Release: the record's fields before it is visible on the inbox. */
@@ -102,7 +118,13 @@ wake:
 
 void shard_wake(struct shard *s)
 {
-	/* One eventfd write per sleep: the shard clears wake_pending when it wakes. */
+	/*
+	 * One eventfd write per sleep: the shard clears wake_pending when it
+	 * wakes.  Looked at first, so that posters of a shard about to wake do
+	 * not take its line in turn.
+	 */
+	if (atomic_load_explicit(&s->wake_pending, memory_order_relaxed))
+		return;
 	if (!atomic_exchange_explicit(&s->wake_pending, 1, memory_order_acq_rel)) {
 		uint64_t one = 1;
 
@@ -127,8 +149,8 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old)
 	table_retire(s->k, s, r);
 }
 
-/* Makes the wheel agree with one posted record. */
-static void inbox_one(struct shard *s, struct rec *r)
+/* Makes the wheel agree with one posted record; cancelled ones go to @rb. */
+static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 {
 	uint64_t old = atomic_fetch_and_explicit(&r->state, ~(ST_QUEUED | ST_REBASE),
 						 memory_order_acq_rel);
@@ -156,7 +178,7 @@ static void inbox_one(struct shard *s, struct rec *r)
 		if (r->wt.where != WHEEL_NONE)
 			wheel_del(&s->wheel, &r->wt);
 		/* The canceller counted it; only the record is left to retire. */
-		table_retire(s->k, s, r);
+		rbundle_add(s->k, s, rb, r);
 		break;
 	default:
 		/* Posts are made only from PENDING; anything else is corruption. */
@@ -165,12 +187,25 @@ static void inbox_one(struct shard *s, struct rec *r)
 }
 
 /* Takes the whole inbox into the wheel; false when it was empty. */
+static void ring_one(struct shard *s, struct rec *r, void *rb)
+{
+	inbox_one(s, r, rb);
+}
+
+/*
+ * Takes every post: the threads' rings first, then the inbox (a thread
+ * whose ring was full posted there after it).  False when there was none.
+ */
 static bool inbox_drain(struct shard *s)
 {
 	struct rec *list, *rev = NULL;
+	struct rbundle rb = { 0 };
+	bool any = post_rings_drain(s, ring_one, &rb);
 
-	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed))
-		return false;
+	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) {
+		rbundle_flush(s->k, s, &rb);
+		return any;
+	}
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
 	/*
@@ -193,9 +228,10 @@ static bool inbox_drain(struct shard *s)
 	while (rev) {
 		struct rec *next = __atomic_load_n(&rev->inbox_next, __ATOMIC_RELAXED);
 
-		inbox_one(s, rev);
+		inbox_one(s, rev, &rb);
 		rev = next;
 	}
+	rbundle_flush(s->k, s, &rb);
 	return true;
 }
 
@@ -418,7 +454,7 @@ static void *shard_main(void *arg)
 		if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
 			sleep |= SLEEP_FAR;
 		atomic_store_explicit(&s->sleep_tick, sleep, memory_order_seq_cst);
-		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
+		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst) || !post_rings_empty(s))
 			continue;
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
 			break;
@@ -493,6 +529,7 @@ void shard_free(struct shard *s)
 {
 	close(s->tfd);
 	close(s->efd);
+	post_rings_free(s);
 	table_free(s);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);

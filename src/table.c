@@ -27,8 +27,7 @@
 #include "fault.h"
 #include "internal.h"
 
-static void table_retire_chain(struct kairos *k, struct shard *s, struct rec *first,
-			       struct rec *last);
+static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n);
 
 static struct rec *link_get(struct rec *r)
 {
@@ -38,6 +37,17 @@ static struct rec *link_get(struct rec *r)
 static void link_set(struct rec *r, struct rec *next)
 {
 	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
+}
+
+/* Appends bundle head @b to the list @first..@last of heads (inbox_next). */
+static void heads_append(struct rec **first, struct rec **last, struct rec *b)
+{
+	link_set(b, NULL);
+	if (*last)
+		link_set(*last, b);
+	else
+		*first = b;
+	*last = b;
 }
 
 /* Pushes the chain @first..@last onto @head (a Treiber stack). */
@@ -88,12 +98,7 @@ static void bundles_push(struct shard *s, struct rec *first)
 			r = next;
 		}
 		/* Bundle heads in the order made, linked through inbox_next. */
-		link_set(head, NULL);
-		if (tail)
-			link_set(tail, head);
-		else
-			heads = head;
-		tail = head;
+		heads_append(&heads, &tail, head);
 	}
 	if (heads)
 		stack_push(&s->free_head, heads, tail);
@@ -242,13 +247,11 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
  */
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain)
 {
-	struct rec *last = chain;
+	unsigned n = 0;
 
-	for (struct rec *r = chain; r; r = free_next(r)) {
-		link_set(r, free_next(r));
-		last = r;
-	}
-	table_retire_chain(k, s, chain, last);
+	for (struct rec *r = chain; r; r = free_next(r))
+		n++;
+	retired_push(k, s, chain, n);
 }
 
 /*
@@ -302,28 +305,98 @@ static void reclaim_kick(struct kairos *k)
 	futex_wake32(&k->reclaim_seq, 1);
 }
 /*
+ * Retired records wait for the reclaimer as bundles, like free ones: a
+ * stack of bundle heads linked through inbox_next, each bundle chained
+ * through wt.link.next, its size in the head's wt.slack (dead data once a
+ * record has ended).  Pushes @head's bundle of @n records.
+ */
+static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n)
+{
+	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
+
+	head->wt.slack = n;
+	do {
+		link_set(head, old);
+	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, head,
+							memory_order_release,
+							memory_order_relaxed));
+	/* The first bundle of a batch wakes the reclaimer; later ones ride along. */
+	if (!old)
+		reclaim_kick(k);
+}
+
+/*
  * table_retire - hands an ended record of @s to the reclaimer.  Any thread;
  * the record must not be reachable from any queue of the service any more.
  */
 void table_retire(struct kairos *k, struct shard *s, struct rec *r)
 {
-	table_retire_chain(k, s, r, r);
+	free_set_next(r, NULL);
+	retired_push(k, s, r, 1);
 }
 
-/* As table_retire(), for the chain @first..@last linked through inbox_next. */
-static void table_retire_chain(struct kairos *k, struct shard *s, struct rec *first,
-			       struct rec *last)
+/*
+ * rbundle_add - a thread that ends many records in a row (the shard taking
+ * its inbox) collects them into bundles of its own and hands each over with
+ * one CAS, so that neither it nor the reclaimer touches a record twice.
+ */
+void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r)
 {
-	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
+	free_set_next(r, NULL);
+	if (b->last)
+		free_set_next(b->last, r);
+	else
+		b->first = r;
+	b->last = r;
+	if (++b->n == BUNDLE_RECS)
+		rbundle_flush(k, s, b);
+}
 
-	do {
-		link_set(last, old);
-	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, first,
-							memory_order_release,
-							memory_order_relaxed));
-	/* The first record of a batch wakes the reclaimer; later ones ride along. */
-	if (!old)
-		reclaim_kick(k);
+void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b)
+{
+	if (b->n)
+		retired_push(k, s, b->first, b->n);
+	b->first = b->last = NULL;
+	b->n = 0;
+}
+
+/*
+ * Makes the bundles retired on @s free, past their grace period: large ones
+ * as they are, small ones (a worker retires one record at a time) merged,
+ * so that a thread's pop still brings it many records.  One CAS in all.
+ */
+static void reclaim_shard(struct shard *s, struct rec *heads)
+{
+	struct rec *out = NULL, *out_last = NULL, *acc = NULL, *acc_last = NULL;
+	unsigned acc_n = 0;
+
+	while (heads) {
+		struct rec *b = heads, *tail = b;
+		unsigned n = b->wt.slack;
+
+		heads = link_get(b);
+		if (n < BUNDLE_RECS / 2) {
+			/* Small: walk it (it is short) onto the bundle being merged. */
+			while (free_next(tail))
+				tail = free_next(tail);
+			if (acc_last)
+				free_set_next(acc_last, b);
+			else
+				acc = b;
+			acc_last = tail;
+			acc_n += n;
+			if (acc_n < BUNDLE_RECS / 2)
+				continue;
+			b = acc;
+			acc = acc_last = NULL;
+			acc_n = 0;
+		}
+		heads_append(&out, &out_last, b);
+	}
+	if (acc)
+		heads_append(&out, &out_last, acc);
+	if (out)
+		stack_push(&s->free_head, out, out_last);
 }
 
 /* Moves every retired record back to its free stack after one grace period. */
@@ -343,7 +416,7 @@ static bool reclaim_pass(struct kairos *k)
 	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
 	for (unsigned i = 0; i < k->nshards; i++)
-		bundles_push(k->shards[i], taken[i]);
+		reclaim_shard(k->shards[i], taken[i]);
 	return true;
 }
 
