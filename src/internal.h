@@ -82,9 +82,8 @@ static inline uint32_t id_index(kairos_id id) { return (uint32_t)id & (MAX_RECOR
  *                  │        holds it for a store)            ▼
  *                  └──────────cancel────────────────────▶ CANCELLED
  *
- * A cancel wins iff it moves PENDING or FIRING to CANCELLED; a callback runs
- * iff its worker moves FIRING to RUNNING.  The version counts resets so that
- * no CAS can succeed on a word read before a reset.
+ * Every transition, with its thread, its ordering and who retires the
+ * record after it, is in timer.h; no other file writes the word.
  */
 enum rec_state {
 	ST_FREE = 0,

@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "timer.h"
 
 /*
  * Every service, live or destroyed, is on one of two lists under svc_lock:
@@ -409,7 +410,8 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	struct shard *s;
 	struct rec *r;
 	uint32_t index;
-	uint64_t tick, st;
+	uint64_t tick;
+	uint32_t gen;
 	int rc;
 
 	if (!reserve(k))
@@ -442,18 +444,15 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		p->period_ns = period_ns;
 		p->next_ns = deadline_ns;
 	}
-	st = atomic_load_explicit(&r->state, memory_order_relaxed);
 	/* The post's release publishes the fields above with the state. */
-	atomic_store_explicit(&r->state,
-			      st_with(st, ST_PENDING) | ST_QUEUED | (period_ns ? ST_PERIODIC : 0),
-			      memory_order_relaxed);
+	gen = timer_publish(r, period_ns != 0);
 	/* Counted before the post's release: whoever ends it sees the count. */
 	if (t)
 		ts_bump(&t->armed);
 	else
 		atomic_fetch_add_explicit(&k->base.armed, 1, memory_order_release);
 	if (out)
-		*out = id_make(st_gen(st), s->index, index);
+		*out = id_make(gen, s->index, index);
 	if (shard_post(s, t, r, tick))
 		*behind = s->index + 1;
 	return 0;
@@ -543,52 +542,15 @@ static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uin
 static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 {
 	struct shard *s;
-	unsigned spins = 0;
 	uint64_t old;
 	struct rec *r = lookup(k, id, &s, &old);
+	int rc;
 
 	if (!r)
 		return -ENOENT;
-	for (;;) {
-		uint64_t want;
-
-		if (st_gen(old) != id_gen(id))
-			return -ENOENT;
-		switch (st_of(old)) {
-		case ST_PENDING:
-			/* Posted so the shard unlinks it now, not when its slot comes. */
-			want = st_with(old, ST_CANCELLED) | ST_QUEUED;
-			break;
-		case ST_FIRING:
-			/* Expired, callback not started: its worker will retire it. */
-			want = st_with(old, ST_CANCELLED);
-			break;
-		case ST_RESETTING:
-			/* A resetter holds it for a few instructions. */
-			cpu_relax_n(&spins);
-			old = atomic_load_explicit(&r->state, memory_order_acquire);
-			continue;
-		case ST_RUNNING:
-			*seen = old;
-			if (!(old & ST_PERIODIC) || (old & ST_STOP))
-				return -EBUSY;
-			/* A periodic timer must not start again once this returns. */
-			want = old | ST_STOP;
-			if (atomic_compare_exchange_weak_explicit(&r->state, &old, want,
-								  memory_order_acq_rel,
-								  memory_order_acquire)) {
-				*seen = want;
-				return -EBUSY;
-			}
-			continue;
-		default:
-			return -ENOENT;
-		}
-		if (atomic_compare_exchange_weak_explicit(&r->state, &old, want,
-							  memory_order_acq_rel,
-							  memory_order_acquire))
-			break;
-	}
+	rc = timer_cancel(r, id_gen(id), &old, seen);
+	if (rc)
+		return rc;
 	/* This thread's own count when it is on @k, else the shared one. */
 	if (ts_mine(k))
 		ts_bump(&tls_ts.cancelled);
@@ -645,15 +607,7 @@ static bool still_running(struct kairos *k, kairos_id id, uint64_t *seen)
 	struct shard *s;
 	struct rec *r = lookup(k, id, &s, seen);
 
-	while (r && st_gen(*seen) == id_gen(id) && st_of(*seen) == ST_RUNNING) {
-		if (*seen & ST_WAITERS)
-			return true;
-		if (atomic_compare_exchange_weak_explicit(&r->state, seen, *seen | ST_WAITERS,
-							  memory_order_acq_rel,
-							  memory_order_acquire))
-			return true;
-	}
-	return false;
+	return r && timer_wait_mark(r, id_gen(id), seen);
 }
 
 /* Sleeps until kairos_destroy() of @k has returned (its callbacks too). */
@@ -720,58 +674,31 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
 	uint64_t tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
-	uint64_t old, held, want;
-	unsigned spins = 0;
+	uint64_t held, was;
 	struct shard *s;
 	struct rec *r;
 	bool periodic, earlier;
+	int rc;
 
-	r = lookup(k, id, &s, &old);
+	r = lookup(k, id, &s, &held);
 	if (!r)
 		return -ENOENT;
-	periodic = old & ST_PERIODIC;
 	/* Take the record: PENDING -> RESETTING, so no one fires it meanwhile. */
-	for (;;) {
-		if (st_gen(old) != id_gen(id))
-			return -ENOENT;
-		if (st_of(old) == ST_RESETTING) {
-			cpu_relax_n(&spins);
-			old = atomic_load_explicit(&r->state, memory_order_acquire);
-			continue;
-		}
-		if (st_of(old) != ST_PENDING)
-			return periodic && (st_of(old) == ST_FIRING || st_of(old) == ST_RUNNING)
-				? -EBUSY : -ENOENT;
-		held = st_with(old, ST_RESETTING);
-		if (atomic_compare_exchange_weak_explicit(&r->state, &old, held,
-							  memory_order_acquire,
-							  memory_order_acquire))
-			break;
-	}
+	rc = timer_reset_take(r, id_gen(id), &held);
+	if (rc)
+		return rc;
+	periodic = held & ST_PERIODIC;
 	earlier = tick < __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	/*
 	 * Give it back as PENDING with the next version.  A later deadline is
 	 * just the store (the shard re-checks it before firing); an earlier one
 	 * is posted so the shard relinks it, and so is any periodic reset,
-	 * whose period restarts from the new deadline.  The shard may have
-	 * cleared ST_QUEUED meanwhile, hence the CAS loop.
+	 * whose period restarts from the new deadline.
 	 */
-	for (;;) {
-		/* From @held, not @old: the shard may have cleared ST_QUEUED. */
-		want = st_with((held & ~ST_VER_MASK) | ((held + ST_VER_ONE) & ST_VER_MASK), ST_PENDING);
-		if (earlier || periodic)
-			want |= ST_QUEUED;
-		if (periodic)
-			want |= ST_REBASE;
-		/* Release: the deadline before the word that lets the shard read it. */
-		if (atomic_compare_exchange_weak_explicit(&r->state, &held, want,
-							  memory_order_release,
-							  memory_order_relaxed))
-			break;
-	}
+	was = timer_reset_give(r, held, earlier || periodic, periodic);
 	/* A reset never waits for a shard that is behind: it adds no record. */
-	if ((earlier || periodic) && !(held & ST_QUEUED))
+	if ((earlier || periodic) && !(was & ST_QUEUED))
 		(void)shard_post(s, ts_mine(k), r, tick);
 	else if (earlier &&
 		 tick < sleep_tick_of(atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst)))

@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "timer.h"
 
 static struct rec *rec_of(struct wheel_timer *t)
 {
@@ -152,8 +153,7 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old)
 /* Makes the wheel agree with one posted record; cancelled ones go to @rb. */
 static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 {
-	uint64_t old = atomic_fetch_and_explicit(&r->state, ~(ST_QUEUED | ST_REBASE),
-						 memory_order_acq_rel);
+	uint64_t old = timer_take_post(r);
 
 	switch (st_of(old)) {
 	case ST_PENDING:
@@ -299,10 +299,7 @@ static void expire_one(struct shard *s, struct rec *r)
 			return;
 		}
 		/* The version in @old makes this fail after any reset or cancel. */
-		if (atomic_compare_exchange_strong_explicit(&r->state, &old,
-							    st_with(old, ST_FIRING),
-							    memory_order_acq_rel,
-							    memory_order_acquire)) {
+		if (timer_fire(r, &old)) {
 			if (old & ST_PERIODIC)
 				period_step(s, r);
 			deliver(s, r);
@@ -579,7 +576,7 @@ static void drain_one(struct kairos *k, struct shard *s, struct rec *r, int how,
 	}
 	if (st != ST_PENDING && st != ST_FIRING)
 		kairos_die("drained record in an impossible state");
-	atomic_store_explicit(&r->state, st_with(old & ~ST_QUEUED, ST_DONE), memory_order_release);
+	timer_drain(r, old);
 	atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
 	(*count)++;
 	if (how == KAIROS_DRAIN_NOTIFY)

@@ -26,6 +26,7 @@
 
 #include "fault.h"
 #include "internal.h"
+#include "timer.h"
 
 static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n);
 
@@ -211,8 +212,6 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 		uint32_t *index)
 {
 	struct rec *r;
-	uint64_t st;
-	uint32_t gen;
 	int rc = 0;
 
 	r = t ? t->free : NULL;
@@ -229,11 +228,7 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 	} else if (free_next(r)) {
 		table_give_back(k, s, free_next(r));
 	}
-	st = atomic_load_explicit(&r->state, memory_order_relaxed);
-	gen = st_gen(st) + 1;
-	if (gen == 0)
-		gen = 1;
-	atomic_store_explicit(&r->state, (uint64_t)gen << 32 | ST_FREE, memory_order_relaxed);
+	timer_recycle(r);
 	*out = r;
 	*index = table_index(s, r);
 	return 0;

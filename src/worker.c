@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "timer.h"
 
 #define WORKER_BATCH	64
 
@@ -89,40 +90,22 @@ static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
 }
 
 /* A periodic timer goes back to its shard for its next run. */
-static void rearm(struct shard *s, struct rec *r, uint64_t old)
+static void rearm(struct shard *s, struct rec *r)
 {
 	struct rec_period *p = table_period(s, table_index(s, r));
 	uint64_t tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
+	uint64_t old;
 
-	for (;;) {
-		uint64_t want;
-
-		if (old & ST_STOP) {
-			/* Cancelled while running: it ends here, counted as cancelled. */
-			want = st_with(old & ~(ST_STOP | ST_WAITERS), ST_CANCELLED);
-			if (atomic_compare_exchange_weak_explicit(&r->state, &old, want,
-								  memory_order_acq_rel,
-								  memory_order_acquire)) {
-				atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
-				shard_end(s, r, old);
-				return;
-			}
-			continue;
-		}
-		/* Only this thread writes the deadline of a RUNNING record. */
-		__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
-		want = st_with(old & ~ST_WAITERS, ST_PENDING) | ST_QUEUED;
-		/* Release: the deadline before the record is PENDING again. */
-		if (atomic_compare_exchange_weak_explicit(&r->state, &old, want,
-							  memory_order_acq_rel,
-							  memory_order_acquire)) {
-			if (old & ST_WAITERS)
-				service_event(s->k);
-			/* Never waits (only arms do): a worker may be what the shard waits on. */
-			(void)shard_post(s, NULL, r, tick);
-			return;
-		}
+	if (!timer_rearm(r, tick, &old)) {
+		/* Cancelled while running: it ends here, counted as cancelled. */
+		atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
+		shard_end(s, r, old);
+		return;
 	}
+	if (old & ST_WAITERS)
+		service_event(s->k);
+	/* Never waits (only arms do): a worker may be what the shard waits on. */
+	(void)shard_post(s, NULL, r, tick);
 }
 
 /*
@@ -131,24 +114,17 @@ static void rearm(struct shard *s, struct rec *r, uint64_t old)
  */
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 {
-	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
-	bool periodic = old & ST_PERIODIC;
-	uint64_t now, deadline_ns;
+	uint64_t old, now, deadline_ns;
 	int status = 1;
+	bool periodic;
 	kairos_id id;
 
-	do {
-		if (st_of(old) == ST_CANCELLED) {
-			/* Cancelled after it expired: the canceller counted it. */
-			table_retire(k, s, r);
-			return;
-		}
-		if (st_of(old) != ST_FIRING)
-			kairos_die("delivered record in an impossible state");
-		/* Acquire: the callback sees everything done before the arm. */
-	} while (!atomic_compare_exchange_weak_explicit(&r->state, &old, st_with(old, ST_RUNNING),
-							 memory_order_acquire,
-							 memory_order_acquire));
+	if (!timer_run(r, &old)) {
+		/* Cancelled after it expired: the canceller counted it. */
+		table_retire(k, s, r);
+		return;
+	}
+	periodic = old & ST_PERIODIC;
 	id = shard_rec_id(s, r, old);
 	if (periodic) {
 		const struct rec_period *p = table_period(s, table_index(s, r));
@@ -174,14 +150,11 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 	r->fn(r->arg, id, status);
 	tls_timer = 0;
 
-	old = atomic_load_explicit(&r->state, memory_order_acquire);
 	if (periodic) {
-		rearm(s, r, old);
+		rearm(s, r);
 		return;
 	}
-	/* Release: the callback's effects before cancel_sync sees it ended. */
-	old = atomic_exchange_explicit(&r->state, st_with(old & ~ST_WAITERS, ST_DONE),
-				       memory_order_acq_rel);
+	old = timer_done(r);
 	/* Release: kairos_stats() that counts it sees its arm counted. */
 	atomic_fetch_add_explicit(&s->stats.finished, 1, memory_order_release);
 	shard_end(s, r, old);

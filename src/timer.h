@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * timer.h - every transition of a record's state word, and nothing else.
+ *
+ * The word (internal.h) is gen:32 | ver:24 | flags:8; its low three bits are
+ * the state.  Each function below is one transition; no other file writes
+ * the word.  They are static inline because each sits on a call's hot path.
+ *
+ *  from            to                  thread        ordering    the record then
+ *  --------------  ------------------  ------------  ----------  -------------------------------
+ *  DONE/CANCELLED  FREE, gen + 1       allocator     relaxed     is the allocator's alone
+ *                                      (after a grace period: no reader still holds the old id)
+ *  FREE            PENDING | QUEUED    arming        relaxed     is posted; the post's release
+ *                                                                publishes the word and fields
+ *  PENDING         RESETTING           resetter      acquire     is held for one deadline store
+ *  RESETTING       PENDING, ver + 1    resetter      release     is posted if earlier/periodic
+ *  PENDING         CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
+ *  FIRING          CANCELLED           canceller     acq_rel     is retired by its worker
+ *  RUNNING         RUNNING | STOP      canceller     acq_rel     periodic: its worker ends it
+ *  RUNNING         RUNNING | WAITERS   cancel_sync   acq_rel     its end bumps the event count
+ *  any             QUEUED, REBASE off  shard         acq_rel     is filed in (or out of) the wheel
+ *  PENDING         FIRING              shard         acq_rel     is delivered to a worker
+ *  FIRING          RUNNING             worker        acquire     runs its callback
+ *  RUNNING         DONE                worker        acq_rel     is retired by the worker
+ *  RUNNING | STOP  CANCELLED           worker        acq_rel     is retired by the worker
+ *  RUNNING         PENDING | QUEUED    worker        acq_rel     periodic: is posted again
+ *  PENDING/FIRING  DONE                destroy       release     is retired by the drain
+ *
+ * A cancel wins iff it moves PENDING or FIRING to CANCELLED; a callback runs
+ * iff its worker moves FIRING to RUNNING.  Whoever wins a race reports it,
+ * the loser backs off.  The version counts resets, so that no CAS made on a
+ * word read before a reset succeeds; the generation counts reuses, so that
+ * an id names one life of a record only.
+ */
+#ifndef KAIROS_TIMER_H
+#define KAIROS_TIMER_H
+
+#include <errno.h>
+
+#include "internal.h"
+
+/* DONE/CANCELLED -> FREE: a record leaves the pool with a new generation. */
+static inline void timer_recycle(struct rec *r)
+{
+	uint32_t gen = st_gen(atomic_load_explicit(&r->state, memory_order_relaxed)) + 1;
+
+	if (gen == 0)
+		gen = 1;	/* no id is 0 */
+	atomic_store_explicit(&r->state, (uint64_t)gen << 32 | ST_FREE, memory_order_relaxed);
+}
+
+/*
+ * FREE -> PENDING | QUEUED: arms a record that no one else can reach yet.
+ * Returns its generation.  The caller posts it; the post's release
+ * publishes this word and the fields stored before it.
+ */
+static inline uint32_t timer_publish(struct rec *r, bool periodic)
+{
+	uint64_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
+
+	atomic_store_explicit(&r->state,
+			      st_with(st, ST_PENDING) | ST_QUEUED | (periodic ? ST_PERIODIC : 0),
+			      memory_order_relaxed);
+	return st_gen(st);
+}
+
+/*
+ * timer_cancel - PENDING -> CANCELLED | QUEUED, or FIRING -> CANCELLED, for
+ * the life @gen of @r; *@old is the word last read (acquire) on entry.
+ *
+ * Return: 0 when this call cancelled it (*@old is then the word it
+ * replaced); -EBUSY when its callback runs (*@seen is the word seen, with
+ * ST_STOP set for a periodic timer, so that it does not start again);
+ * -ENOENT when it has ended or @gen is over.
+ */
+static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint64_t *seen)
+{
+	unsigned spins = 0;
+
+	for (;;) {
+		uint64_t want;
+
+		if (st_gen(*old) != gen)
+			return -ENOENT;
+		switch (st_of(*old)) {
+		case ST_PENDING:
+			/* Posted so the shard unlinks it now, not when its slot comes. */
+			want = st_with(*old, ST_CANCELLED) | ST_QUEUED;
+			break;
+		case ST_FIRING:
+			/* Expired, callback not started: its worker will retire it. */
+			want = st_with(*old, ST_CANCELLED);
+			break;
+		case ST_RESETTING:
+			/* A resetter holds it for a few instructions. */
+			cpu_relax_n(&spins);
+			*old = atomic_load_explicit(&r->state, memory_order_acquire);
+			continue;
+		case ST_RUNNING:
+			*seen = *old;
+			if (!(*old & ST_PERIODIC) || (*old & ST_STOP))
+				return -EBUSY;
+			/* A periodic timer must not start again once this returns. */
+			want = *old | ST_STOP;
+			if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+								  memory_order_acq_rel,
+								  memory_order_acquire)) {
+				*seen = want;
+				return -EBUSY;
+			}
+			continue;
+		default:
+			return -ENOENT;
+		}
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return 0;
+	}
+}
+
+/*
+ * RUNNING -> RUNNING | WAITERS, for the life @gen of @r: whether its
+ * callback still runs, with the bit set so that its end bumps the service's
+ * event count.  *@seen is the word last read (acquire) on entry and out.
+ */
+static inline bool timer_wait_mark(struct rec *r, uint32_t gen, uint64_t *seen)
+{
+	while (st_gen(*seen) == gen && st_of(*seen) == ST_RUNNING) {
+		if (*seen & ST_WAITERS)
+			return true;
+		if (atomic_compare_exchange_weak_explicit(&r->state, seen, *seen | ST_WAITERS,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * timer_reset_take - PENDING -> RESETTING for the life @gen of @r, so that
+ * nothing fires it while the caller stores a deadline; *@old is the word
+ * last read (acquire) on entry, the word held on success.
+ *
+ * Return: 0, -EBUSY (a periodic timer that is firing or running), -ENOENT.
+ */
+static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old)
+{
+	unsigned spins = 0;
+
+	for (;;) {
+		uint64_t held;
+
+		if (st_gen(*old) != gen)
+			return -ENOENT;
+		if (st_of(*old) == ST_RESETTING) {
+			cpu_relax_n(&spins);
+			*old = atomic_load_explicit(&r->state, memory_order_acquire);
+			continue;
+		}
+		if (st_of(*old) != ST_PENDING)
+			return (*old & ST_PERIODIC) &&
+			       (st_of(*old) == ST_FIRING || st_of(*old) == ST_RUNNING)
+				? -EBUSY : -ENOENT;
+		held = st_with(*old, ST_RESETTING);
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, held,
+							  memory_order_acquire,
+							  memory_order_acquire)) {
+			*old = held;
+			return 0;
+		}
+	}
+}
+
+/*
+ * RESETTING -> PENDING with the next version: gives back what
+ * timer_reset_take() took (@held), QUEUED if the caller will post it (or a
+ * post is still on its way), REBASE for a periodic timer whose period
+ * restarts from the new deadline.  The shard may clear QUEUED meanwhile,
+ * hence the loop.  Returns the word replaced: QUEUED in it means a post is
+ * already on its way.
+ */
+static inline uint64_t timer_reset_give(struct rec *r, uint64_t held, bool queue, bool rebase)
+{
+	for (;;) {
+		uint64_t want = st_with((held & ~ST_VER_MASK) | ((held + ST_VER_ONE) & ST_VER_MASK),
+					ST_PENDING);
+
+		if (queue)
+			want |= ST_QUEUED;
+		if (rebase)
+			want |= ST_REBASE;
+		/* Release: the deadline before the word that lets the shard read it. */
+		if (atomic_compare_exchange_weak_explicit(&r->state, &held, want,
+							  memory_order_release,
+							  memory_order_relaxed))
+			return held;
+	}
+}
+
+/*
+ * The shard takes a post: clears QUEUED and REBASE, whatever the state.
+ * Returns the word before, which says what the post asks.
+ */
+static inline uint64_t timer_take_post(struct rec *r)
+{
+	return atomic_fetch_and_explicit(&r->state, ~(ST_QUEUED | ST_REBASE), memory_order_acq_rel);
+}
+
+/*
+ * PENDING -> FIRING, by the shard, from the word *@old it read: fails (with
+ * *@old the word now) after any reset, cancel or post since.
+ */
+static inline bool timer_fire(struct rec *r, uint64_t *old)
+{
+	return atomic_compare_exchange_strong_explicit(&r->state, old, st_with(*old, ST_FIRING),
+						       memory_order_acq_rel, memory_order_acquire);
+}
+
+/*
+ * FIRING -> RUNNING, by the worker that delivers @r.  Returns false when a
+ * cancel came first (the worker retires it); *@old is the word replaced.
+ */
+static inline bool timer_run(struct rec *r, uint64_t *old)
+{
+	*old = atomic_load_explicit(&r->state, memory_order_acquire);
+	do {
+		if (st_of(*old) == ST_CANCELLED)
+			return false;
+		if (st_of(*old) != ST_FIRING)
+			kairos_die("delivered record in an impossible state");
+		/* Acquire: the callback sees everything done before the arm. */
+	} while (!atomic_compare_exchange_weak_explicit(&r->state, old, st_with(*old, ST_RUNNING),
+							 memory_order_acquire,
+							 memory_order_acquire));
+	return true;
+}
+
+/* RUNNING -> DONE, by its worker after a one-shot callback; returns the word replaced. */
+static inline uint64_t timer_done(struct rec *r)
+{
+	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	/* Release: the callback's effects before cancel_sync sees it ended. */
+	return atomic_exchange_explicit(&r->state, st_with(old & ~ST_WAITERS, ST_DONE),
+					memory_order_acq_rel);
+}
+
+/*
+ * After a periodic callback, by its worker: RUNNING -> PENDING | QUEUED with
+ * the deadline @tick (the caller then posts it), or, when a cancel set STOP
+ * meanwhile, RUNNING | STOP -> CANCELLED.  Returns whether it is PENDING
+ * again; *@old is the word replaced.
+ */
+static inline bool timer_rearm(struct rec *r, uint64_t tick, uint64_t *old)
+{
+	*old = atomic_load_explicit(&r->state, memory_order_acquire);
+	for (;;) {
+		uint64_t want;
+
+		if (*old & ST_STOP) {
+			want = st_with(*old & ~(ST_STOP | ST_WAITERS), ST_CANCELLED);
+			if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+								  memory_order_acq_rel,
+								  memory_order_acquire))
+				return false;
+			continue;
+		}
+		/* Only this thread writes the deadline of a RUNNING record. */
+		__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
+		want = st_with(*old & ~ST_WAITERS, ST_PENDING) | ST_QUEUED;
+		/* Release: the deadline before the record is PENDING again. */
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return true;
+	}
+}
+
+/*
+ * PENDING/FIRING -> DONE, at destroy, once no thread but the caller touches
+ * the service.  @old is the word the caller read.
+ */
+static inline void timer_drain(struct rec *r, uint64_t old)
+{
+	atomic_store_explicit(&r->state, st_with(old & ~ST_QUEUED, ST_DONE), memory_order_release);
+}
+
+#endif /* KAIROS_TIMER_H */
