@@ -169,17 +169,57 @@ _Static_assert(sizeof(struct rec) == CACHELINE, "a record is one cache line");
 _Static_assert(sizeof(struct rec_chunk) == CHUNK_BYTES, "a chunk is exactly its mapping");
 
 /* ---- delivery --------------------------------------------------------------
- * Expired records wait for a worker on a FIFO linked through wt.link.next,
- * which is free once the wheel has popped a record: nothing on the way from
- * the wheel to the callback allocates, so an arm that succeeded never costs
- * the process its life when its timer expires.
+ * Expired records wait for a worker in runs of up to WORKER_BATCH, in the
+ * order they expired.  A run is a chain through wt.link.next, which is free
+ * once the wheel has popped a record; runs are linked through their first
+ * record's inbox_next, which is free while a record is FIRING (it is on no
+ * inbox, ring or retired list).  A worker takes a whole run under the lock,
+ * one pointer, and walks it outside.  Nothing on the way from the wheel to
+ * the callback allocates, so an arm that succeeded never costs the process
+ * its life when its timer expires.
  */
+#define WORKER_BATCH	64	/* records in a run */
+
 struct dqueue {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct rec *head, *tail;
-	size_t len;
+	struct rec *head, *tail;	/* the first records of the runs */
+	size_t len;			/* runs */
 	_Atomic bool stop;		/* written under the lock, read without */
+};
+
+/* The next run after the one @r heads. */
+static inline struct rec *dq_run_next(struct rec *r)
+{
+	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
+}
+
+static inline void dq_run_set_next(struct rec *r, struct rec *next)
+{
+	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
+}
+
+/* The record after @r in its run. */
+static inline struct rec *dq_next(struct rec *r)
+{
+	/* wt.link is the record's first member. */
+	return r->wt.link.next ? (struct rec *)(void *)r->wt.link.next : NULL;
+}
+
+/*
+ * What a worker (or an inline-delivering shard) ends in a row, counted and
+ * handed back once per run rather than once per record: the shard's
+ * finished count and the reclaimer's list are lines every worker writes.
+ */
+/* Records a thread ends in a row, handed to the reclaimer a bundle at a time. */
+struct rbundle {
+	struct rec *first, *last;
+	unsigned n;
+};
+
+struct wtally {
+	uint64_t finished;
+	struct rbundle rb;
 };
 
 /* Appends the chain @first..@last (linked through wt.link.next) to *@head..*@tail. */
@@ -294,8 +334,11 @@ struct shard {
 	const struct backend_ops *ops;
 	void *backend;			/* the io_uring backend's own state */
 	struct rec *deferred;		/* due records a resetter or post holds */
-	struct rec *dfirst, *dlast;	/* this pass's expired records, for the workers */
-	size_t dlen;
+	struct rec *dfirst, *dlast;	/* the run being filled, for the workers */
+	size_t dlen;			/* records in it */
+	struct rec *rfirst, *rlast;	/* this pass's full runs */
+	size_t nruns;
+	struct wtally itally;		/* inline delivery's, flushed each pass */
 	unsigned checks;		/* passes since the last wheel_check (debug builds) */
 	uint64_t flush_ticks;		/* SHARD_FLUSH_NS in ticks, at least 1 */
 
@@ -464,11 +507,6 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 		uint32_t *index);
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 
-/* Records a thread ends in a row, handed to the reclaimer a bundle at a time. */
-struct rbundle {
-	struct rec *first, *last;
-	unsigned n;
-};
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
@@ -501,13 +539,14 @@ bool shard_post(struct shard *s, struct tstate *t, struct rec *r, uint64_t tick)
 void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
-void shard_end(struct shard *s, struct rec *r, uint64_t old);
+void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);
 void worker_stop(struct shard *s);
-void worker_deliver(struct kairos *k, struct shard *s, struct rec *r);
-void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n);
+void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w);
+void worker_tally_flush(struct shard *s, struct wtally *w);
+void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
 
 /* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */
 void futex_wait32(_Atomic uint32_t *word, uint32_t seen);

@@ -136,10 +136,11 @@ void shard_wake(struct shard *s)
 
 /*
  * Ends record @r whose state word was @old: wakes cancel_sync waiters, gives
- * back its place under max_timers, and retires it.  The caller counted how
- * it ended (which takes it out of the derived pending count).
+ * back its place under max_timers, and retires it: into @rb when the caller
+ * ends many in a row, else at once.  The caller counts how it ended (which
+ * takes it out of the derived pending count).
  */
-void shard_end(struct shard *s, struct rec *r, uint64_t old)
+void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb)
 {
 	if (old & ST_WAITERS)
 		service_event(s->k);
@@ -147,7 +148,10 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old)
 		atomic_fetch_sub_explicit(&s->k->total_pending, 1, memory_order_relaxed);
 	if (r->wt.where != WHEEL_NONE)
 		kairos_die("ended record still in the wheel");
-	table_retire(s->k, s, r);
+	if (rb)
+		rbundle_add(s->k, s, rb, r);
+	else
+		table_retire(s->k, s, r);
 }
 
 /* Makes the wheel agree with one posted record; cancelled ones go to @rb. */
@@ -236,12 +240,30 @@ static bool inbox_drain(struct shard *s)
 }
 
 /* Queues one expired record for the workers (or runs it, inline). */
+/* Ends the run being filled: it joins this pass's runs for the workers. */
+static void run_close(struct shard *s)
+{
+	if (!s->dfirst)
+		return;
+	dq_run_set_next(s->dfirst, NULL);
+	if (s->rlast)
+		dq_run_set_next(s->rlast, s->dfirst);
+	else
+		s->rfirst = s->dfirst;
+	s->rlast = s->dfirst;
+	s->nruns++;
+	s->dfirst = s->dlast = NULL;
+	s->dlen = 0;
+}
+
 static void deliver(struct shard *s, struct rec *r)
 {
 	if (s->k->cfg.delivery == KAIROS_DELIVER_INLINE) {
-		worker_deliver(s->k, s, r);
+		worker_deliver(s->k, s, r, &s->itally);
 		return;
 	}
+	if (s->dlen == WORKER_BATCH)
+		run_close(s);
 	rec_chain_append(&s->dfirst, &s->dlast, r, r);
 	s->dlen++;
 }
@@ -323,11 +345,14 @@ static void expire(struct shard *s)
 		s->deferred = r->wt.link.next ? rec_of((struct wheel_timer *)(void *)r->wt.link.next) : NULL;
 		wheel_insert(&s->wheel, &r->wt);
 	}
-	if (s->dlen) {
-		dqueue_push(&s->dq, s->dfirst, s->dlast, s->dlen);
-		s->dfirst = s->dlast = NULL;
-		s->dlen = 0;
+	run_close(s);
+	if (s->nruns) {
+		dqueue_push(&s->dq, s->rfirst, s->rlast, s->nruns);
+		s->rfirst = s->rlast = NULL;
+		s->nruns = 0;
 	}
+	/* Inline delivery: what the callbacks of this pass ended. */
+	worker_tally_flush(s, &s->itally);
 }
 
 /* Arms the timerfd for @tick if that is earlier than what it is armed for. */
@@ -581,7 +606,7 @@ static void drain_one(struct kairos *k, struct shard *s, struct rec *r, int how,
 	(*count)++;
 	if (how == KAIROS_DRAIN_NOTIFY)
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
-	shard_end(s, r, old);
+	shard_end(s, r, old, NULL);
 }
 
 /*
@@ -596,9 +621,13 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	while (s->dq.head) {
 		struct rec *r = s->dq.head;
 
-		s->dq.head = r->wt.link.next ? rec_of((struct wheel_timer *)(void *)r->wt.link.next)
-					     : NULL;
-		drain_one(k, s, r, how, count);
+		s->dq.head = dq_run_next(r);
+		while (r) {
+			struct rec *next = dq_next(r);
+
+			drain_one(k, s, r, how, count);
+			r = next;
+		}
 	}
 	s->dq.tail = NULL;
 	s->dq.len = 0;

@@ -2,11 +2,12 @@
 /*
  * worker.c - the threads that run callbacks, and the queue that feeds them.
  *
- * A shard hands each pass's expired records over in one batch: one lock and
- * one signal per batch, not per timer.  A worker takes up to WORKER_BATCH
- * entries at a time and runs them outside the lock, so a slow callback
- * holds up only the worker it runs on: the shard keeps expiring, the other
- * workers keep running.
+ * A shard hands each pass's expired records over in runs of up to
+ * WORKER_BATCH: one lock and one signal per pass, not per timer.  A worker
+ * takes one run under the lock (a pointer) and runs it outside, so a slow
+ * callback holds up only the worker it runs on: the shard keeps expiring,
+ * the other workers keep running.  What a run's records end is counted and
+ * retired once per run (struct wtally).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,52 +18,45 @@
 #include "internal.h"
 #include "timer.h"
 
-#define WORKER_BATCH	64
-
 _Thread_local struct kairos *tls_service;
 _Thread_local struct shard *tls_shard;
 _Thread_local kairos_id tls_timer;
 
-static struct rec *dq_next(struct rec *r)
-{
-	/* wt.link is the record's first member; see struct dqueue. */
-	return r->wt.link.next ? (struct rec *)(void *)r->wt.link.next : NULL;
-}
-
-/* Appends the chain @first..@last of @n records: one lock and one signal. */
-void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n)
+/* Appends the runs @first..@last (@nruns of them): one lock and one signal. */
+void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns)
 {
 	mutex_lock(&q->lock);
-	rec_chain_append(&q->head, &q->tail, first, last);
-	q->len += n;
-	/* One waiter per WORKER_BATCH entries, all of them for a big batch. */
-	if (n > WORKER_BATCH)
+	dq_run_set_next(last, NULL);
+	if (q->tail)
+		dq_run_set_next(q->tail, first);
+	else
+		q->head = first;
+	q->tail = last;
+	q->len += nruns;
+	/* One waiter per run, all of them for many. */
+	if (nruns > 1)
 		pthread_cond_broadcast(&q->cond);
 	else
 		pthread_cond_signal(&q->cond);
 	mutex_unlock(&q->lock);
 }
 
-/* Puts records a stopping worker took but did not start back at the front. */
-static void dqueue_unshift(struct dqueue *q, struct rec **r, size_t n)
+/* Puts the rest of a run a stopping worker did not start back at the front. */
+static void dqueue_unshift(struct dqueue *q, struct rec *run)
 {
-	if (!n)
-		return;
 	mutex_lock(&q->lock);
-	for (size_t i = n; i-- > 0;) {
-		r[i]->wt.link.next = q->head ? &q->head->wt.link : NULL;
-		q->head = r[i];
-		if (!q->tail)
-			q->tail = r[i];
-	}
-	q->len += n;
+	dq_run_set_next(run, q->head);
+	q->head = run;
+	if (!q->tail)
+		q->tail = run;
+	q->len++;
 	mutex_unlock(&q->lock);
 }
 
-/* Takes up to @max records; blocks while the queue is empty. 0 means stop. */
-static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
+/* Takes one run; blocks while the queue is empty.  NULL means stop. */
+static struct rec *dqueue_take(struct dqueue *q)
 {
-	size_t n = 0;
+	struct rec *run;
 
 	mutex_lock(&q->lock);
 	while (!q->len && !q->stop) {
@@ -74,19 +68,26 @@ static size_t dqueue_take(struct dqueue *q, struct rec **out, size_t max)
 	if (q->stop) {
 		/* What is still queued is drained by kairos_destroy(). */
 		mutex_unlock(&q->lock);
-		return 0;
+		return NULL;
 	}
-	while (n < max && q->head) {
-		out[n++] = q->head;
-		q->head = dq_next(q->head);
-	}
+	run = q->head;
+	q->head = dq_run_next(run);
 	if (!q->head)
 		q->tail = NULL;
-	q->len -= n;
-	if (q->len)
+	if (--q->len)
 		pthread_cond_signal(&q->cond);	/* more for another worker */
 	mutex_unlock(&q->lock);
-	return n;
+	return run;
+}
+
+/* Publishes what @w counted and hands its records to the reclaimer. */
+void worker_tally_flush(struct shard *s, struct wtally *w)
+{
+	if (w->finished)
+		/* Release: kairos_stats() that counts them sees their arms counted. */
+		atomic_fetch_add_explicit(&s->stats.finished, w->finished, memory_order_release);
+	w->finished = 0;
+	rbundle_flush(s->k, s, &w->rb);
 }
 
 /* A periodic timer goes back to its shard for its next run. */
@@ -99,7 +100,7 @@ static void rearm(struct shard *s, struct rec *r)
 	if (!timer_rearm(r, tick, &old)) {
 		/* Cancelled while running: it ends here, counted as cancelled. */
 		atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
-		shard_end(s, r, old);
+		shard_end(s, r, old, NULL);
 		return;
 	}
 	if (old & ST_WAITERS)
@@ -112,7 +113,7 @@ static void rearm(struct shard *s, struct rec *r)
  * worker_deliver - runs one expired record's callback, unless a cancel got
  * there first.  Runs on a worker, or on the shard thread for inline delivery.
  */
-void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
+void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w)
 {
 	uint64_t old, now, deadline_ns;
 	int status = 1;
@@ -121,7 +122,7 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 
 	if (!timer_run(r, &old)) {
 		/* Cancelled after it expired: the canceller counted it. */
-		table_retire(k, s, r);
+		rbundle_add(k, s, &w->rb, r);
 		return;
 	}
 	periodic = old & ST_PERIODIC;
@@ -155,27 +156,32 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r)
 		return;
 	}
 	old = timer_done(r);
-	/* Release: kairos_stats() that counts it sees its arm counted. */
-	atomic_fetch_add_explicit(&s->stats.finished, 1, memory_order_release);
-	shard_end(s, r, old);
+	/* Counted when the run is done (worker_tally_flush()). */
+	w->finished++;
+	shard_end(s, r, old, &w->rb);
 }
 
 static void *worker_main(void *arg)
 {
 	struct shard *s = arg;
-	struct rec *batch[WORKER_BATCH];
-	size_t n;
+	struct wtally w = { 0 };
+	struct rec *run;
 
 	tls_service = s->k;
-	while ((n = dqueue_take(&s->dq, batch, WORKER_BATCH))) {
-		for (size_t i = 0; i < n; i++) {
+	while ((run = dqueue_take(&s->dq))) {
+		for (struct rec *r = run, *next; r; r = next) {
+			/* Read first: the record is another thread's once delivered. */
+			next = dq_next(r);
+			if (next)
+				__builtin_prefetch(next, 1);
 			/* Stopping: what has not started goes back to be drained. */
 			if (atomic_load_explicit(&s->dq.stop, memory_order_relaxed)) {
-				dqueue_unshift(&s->dq, &batch[i], n - i);
+				dqueue_unshift(&s->dq, r);
 				break;
 			}
-			worker_deliver(s->k, s, batch[i]);
+			worker_deliver(s->k, s, r, &w);
 		}
+		worker_tally_flush(s, &w);
 	}
 	return NULL;
 }
