@@ -173,7 +173,7 @@ _Static_assert(sizeof(struct rec_chunk) == CHUNK_BYTES, "a chunk is exactly its 
  * order they expired.  A run is a chain through wt.link.next, which is free
  * once the wheel has popped a record; runs are linked through their first
  * record's inbox_next, which is free while a record is FIRING (it is on no
- * inbox, ring or retired list).  A worker takes a whole run under the lock,
+ * inbox or retired list).  A worker takes a whole run under the lock,
  * one pointer, and walks it outside.  Nothing on the way from the wheel to
  * the callback allocates, so an arm that succeeded never costs the process
  * its life when its timer expires.
@@ -321,7 +321,6 @@ struct shard {
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
-	_Atomic(struct post_ring *) rings;	/* the calling threads' post rings */
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct lat_hist lat;
@@ -422,16 +421,9 @@ extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
  */
 #define BUNDLE_RECS	64	/* free records a thread takes from a shard at once */
 
-struct post_ring;
-
 struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
-	/*
-	 * Its post ring for each shard of k, made on first use (post.c).  The
-	 * array is the service's: freed when the thread leaves, or by destroy.
-	 */
-	_Atomic(struct post_ring **) rings;
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
 	_Atomic uint64_t armed;		/* single writer: this thread */
 	_Atomic uint64_t cancelled;
@@ -479,29 +471,6 @@ static inline uint64_t ts_read(_Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_acquire);
 }
 
-/* ---- post rings (post.c) -----------------------------------------------------
- * One single-producer ring per (calling thread, shard): the producer writes
- * slot and tail, the shard reads them and writes head.
- */
-#define POST_RING_SLOTS	256
-#define POST_RING_NONE	((struct post_ring *)1)	/* could not be made: use the inbox */
-
-struct post_ring {
-	_Atomic uint32_t tail __attribute__((aligned(CACHELINE)));	/* producer's line */
-	uint32_t head_seen;		/* the producer's last look at head */
-	_Atomic uint32_t head __attribute__((aligned(CACHELINE)));	/* the shard's line */
-	_Atomic int orphan;		/* its thread has left: the shard frees it */
-	_Atomic(struct post_ring *) next;	/* on the shard's list */
-	struct rec *slot[POST_RING_SLOTS] __attribute__((aligned(CACHELINE)));
-};
-
-bool post_ring_push(struct tstate *t, struct shard *s, struct rec *r);
-bool post_rings_empty(struct shard *s);
-bool post_rings_drain(struct shard *s, void (*one)(struct shard *, struct rec *, void *),
-		      void *ctx);
-void post_rings_free(struct shard *s);
-void post_rings_leave(struct post_ring **rings, unsigned nshards);
-
 /* table.c: record pools, lookup by id, reclamation. */
 int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		uint32_t *index);
@@ -535,7 +504,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out);
 void shard_free(struct shard *s);
 int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
-bool shard_post(struct shard *s, struct tstate *t, struct rec *r, uint64_t tick);
+bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
 void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);

@@ -453,7 +453,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		atomic_fetch_add_explicit(&k->base.armed, 1, memory_order_release);
 	if (out)
 		*out = id_make(gen, s->index, index);
-	if (shard_post(s, t, r, tick))
+	if (shard_post(s, r, tick))
 		*behind = s->index + 1;
 	return 0;
 }
@@ -563,7 +563,7 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	 * cancel never waits for a shard that is behind: it adds no record.
 	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		(void)shard_post(s, ts_mine(k), r, UINT64_MAX);
+		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
 }
 
@@ -699,7 +699,7 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	was = timer_reset_give(r, held, earlier || periodic, periodic);
 	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(was & ST_QUEUED))
-		(void)shard_post(s, ts_mine(k), r, tick);
+		(void)shard_post(s, r, tick);
 	else if (earlier &&
 		 tick < sleep_tick_of(atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst)))
 		shard_wake(s);

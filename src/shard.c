@@ -44,10 +44,8 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 }
 
 /*
- * shard_post - hands @r to @s: on the post ring of @t (the calling thread's
- * state, NULL for a thread that is not on the service) when it has one with
- * room, else on @s's shared inbox.  Wakes @s if @tick is earlier than the
- * tick it sleeps until, or if it sleeps far (SLEEP_FAR).  Call with
+ * shard_post - puts @r on @s's inbox and wakes @s if @tick is earlier than
+ * the tick it sleeps until, or if it sleeps far (SLEEP_FAR).  Call with
  * rcu_read_lock held.
  *
  * Return: true when @s is SHARD_POST_LIMIT posts behind and the caller is not
@@ -58,23 +56,11 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
  * kairos.c); nothing else waits, and a shard thread never does: two shards
  * whose inline callbacks post to each other would wait for each other.
  */
-bool shard_post(struct shard *s, struct tstate *t, struct rec *r, uint64_t tick)
+bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 {
 	struct rec *old;
 	uint64_t n, sleep;
 
-	if (t && post_ring_push(t, s, r)) {
-		/*
-		 * The ring's tail is out; this fence orders it before the load
-		 * of sleep_tick, as the inbox's seq_cst CAS does below.
-		 */
-		atomic_thread_fence(memory_order_seq_cst);
-		sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
-		if (tick < sleep_tick_of(sleep) || (sleep & SLEEP_FAR))
-			shard_wake(s);
-		/* A full ring sends posts to the inbox, whose bound applies there. */
-		return false;
-	}
 	old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	do {
 		__atomic_store_n(&r->inbox_next, old, __ATOMIC_RELAXED);
@@ -191,25 +177,13 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 }
 
 /* Takes the whole inbox into the wheel; false when it was empty. */
-static void ring_one(struct shard *s, struct rec *r, void *rb)
-{
-	inbox_one(s, r, rb);
-}
-
-/*
- * Takes every post: the threads' rings first, then the inbox (a thread
- * whose ring was full posted there after it).  False when there was none.
- */
 static bool inbox_drain(struct shard *s)
 {
 	struct rec *list, *rev = NULL;
 	struct rbundle rb = { 0 };
-	bool any = post_rings_drain(s, ring_one, &rb);
 
-	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) {
-		rbundle_flush(s->k, s, &rb);
-		return any;
-	}
+	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed))
+		return false;
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
 	/*
@@ -476,7 +450,7 @@ static void *shard_main(void *arg)
 		if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
 			sleep |= SLEEP_FAR;
 		atomic_store_explicit(&s->sleep_tick, sleep, memory_order_seq_cst);
-		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst) || !post_rings_empty(s))
+		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
 			continue;
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
 			break;
@@ -551,7 +525,6 @@ void shard_free(struct shard *s)
 {
 	close(s->tfd);
 	close(s->efd);
-	post_rings_free(s);
 	table_free(s);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);

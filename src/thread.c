@@ -32,9 +32,6 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <stdlib.h>
-
-#include "fault.h"
 #include "internal.h"
 
 /* Initial-exec: a plain %fs-relative access, no __tls_get_addr() per call. */
@@ -54,18 +51,9 @@ static void thr_unlock(struct kairos *k)
 	mutex_unlock(&k->thr_lock);
 }
 
-/*
- * Takes @t off @k's list (thr_lock held), folding its counts into the base
- * and handing its post rings to their shards.
- */
+/* Takes @t off @k's list (thr_lock held), folding its counts into the base. */
 static void ts_unlink(struct kairos *k, struct tstate *t)
 {
-	struct post_ring **rings = atomic_exchange_explicit(&t->rings, NULL, memory_order_relaxed);
-
-	if (rings) {
-		post_rings_leave(rings, k->nshards);
-		free(rings);
-	}
 	atomic_fetch_add_explicit(&k->base.armed, ts_read(&t->armed), memory_order_release);
 	atomic_fetch_add_explicit(&k->base.cancelled, ts_read(&t->cancelled),
 				  memory_order_release);
@@ -143,7 +131,6 @@ struct shard *ts_pick(struct kairos *k)
 struct tstate *ts_attach(struct kairos *k)
 {
 	struct tstate *t = &tls_ts;
-	struct post_ring **rings;
 
 	ts_leave(t);
 	int err = pthread_once(&ts_once, ts_key_make);
@@ -152,16 +139,12 @@ struct tstate *ts_attach(struct kairos *k)
 		kairos_die_err("pthread_once", err);
 	if (!ts_key_ok || pthread_setspecific(ts_key, t))
 		return NULL;
-	/* Without the array the thread posts through the shared inbox. */
-	rings = fault_calloc(k->nshards, sizeof(*rings));
 	thr_lock(k);
 	/* Under the lock, alive means destroy has not reached ts_detach_all(). */
 	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
 		thr_unlock(k);
-		free(rings);
 		return NULL;
 	}
-	atomic_store_explicit(&t->rings, rings, memory_order_relaxed);
 	t->s = ts_pick(k);
 	t->free = NULL;
 	t->prev = NULL;
@@ -227,8 +210,6 @@ void ts_forget(void)
 
 	t->free = NULL;
 	t->s = NULL;
-	/* The parent's arrays stay the parent's (this copy leaks no more than them). */
-	atomic_store_explicit(&t->rings, NULL, memory_order_relaxed);
 	t->next = t->prev = NULL;
 	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
 	atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);

@@ -649,10 +649,10 @@ START_TEST(test_lifecycle_thread_exit_hands_back)
 }
 END_TEST
 
-/* Whether posts wait for shard @s: on its inbox or a calling thread's ring. */
+/* Whether posts wait for shard @s on its inbox. */
 static bool posts_waiting(struct shard *s)
 {
-	return atomic_load(&s->inbox) || !post_rings_empty(s);
+	return atomic_load(&s->inbox) != NULL;
 }
 
 /*
