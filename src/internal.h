@@ -117,8 +117,18 @@ static inline uint64_t st_with(uint64_t s, unsigned st) { return (s & ~ST_MASK) 
 struct rec {
 	struct wheel_timer wt;		/* owned by the shard while linked */
 	_Atomic uint64_t state;
-	kairos_fn fn;
-	void *arg;
+	union {
+		struct {
+			kairos_fn fn;
+			void *arg;
+		};
+		/*
+		 * While the record is retired or free: the record FREE_AHEAD
+		 * further along its bundle, or NULL.  Only a prefetch hint
+		 * (table_alloc()); the chain itself is wt.link.next.
+		 */
+		struct rec *ahead;
+	};
 	/*
 	 * Link on the inbox (written before the push), on the retired list,
 	 * or, for the first record of a free bundle, on the free stack.  The
@@ -211,10 +221,17 @@ static inline struct rec *dq_next(struct rec *r)
  * handed back once per run rather than once per record: the shard's
  * finished count and the reclaimer's list are lines every worker writes.
  */
-/* Records a thread ends in a row, handed to the reclaimer a bundle at a time. */
+/*
+ * Records a thread ends in a row, handed to the reclaimer a bundle at a
+ * time.  The last FREE_AHEAD added are kept, to point each at the record
+ * FREE_AHEAD after it (rec.ahead).
+ */
+#define FREE_AHEAD	8
+
 struct rbundle {
 	struct rec *first, *last;
 	unsigned n;
+	struct rec *recent[FREE_AHEAD];
 };
 
 struct wtally {

@@ -202,6 +202,26 @@ static struct rec *bundle_pop(struct kairos *k, struct shard *s, int *rc)
 }
 
 /*
+ * Debug builds (where the tests run) check every hint they follow: NULL, or
+ * the record exactly FREE_AHEAD links further along the chain.
+ */
+static void ahead_check(struct rec *r)
+{
+#ifndef NDEBUG
+	struct rec *at = r;
+
+	if (!r->ahead)
+		return;
+	for (unsigned i = 0; i < FREE_AHEAD && at; i++)
+		at = free_next(at);
+	if (at != r->ahead)
+		kairos_die("free record's hint is not FREE_AHEAD along its chain");
+#else
+	(void)r;
+#endif
+}
+
+/*
  * table_alloc - takes a free record of @s and gives it its next generation
  * (state FREE).  With a thread state @t (whose shard is @s) the record comes
  * from the bundle the thread holds, and the next one starts loading; without
@@ -221,8 +241,16 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 			return rc;
 	}
 	if (t) {
+		ahead_check(r);
 		t->free = free_next(r);
-		/* The next arm's record: its line loads while this one is filled. */
+		/*
+		 * The chain is one dependent load per record, each likely a
+		 * miss (the shard or a worker retired it): the record
+		 * FREE_AHEAD arms away starts loading now, and the next one,
+		 * in case the bundle carries no such hint.
+		 */
+		if (r->ahead)
+			__builtin_prefetch(r->ahead, 1);
 		if (t->free)
 			__builtin_prefetch(t->free, 1);
 	} else if (free_next(r)) {
@@ -327,6 +355,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 void table_retire(struct kairos *k, struct shard *s, struct rec *r)
 {
 	free_set_next(r, NULL);
+	r->ahead = NULL;
 	retired_push(k, s, r, 1);
 }
 
@@ -337,7 +366,14 @@ void table_retire(struct kairos *k, struct shard *s, struct rec *r)
  */
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r)
 {
+	struct rec **slot = &b->recent[b->n % FREE_AHEAD];
+
 	free_set_next(r, NULL);
+	r->ahead = NULL;
+	/* The record FREE_AHEAD back (its line is still this thread's) learns of @r. */
+	if (b->n >= FREE_AHEAD)
+		(*slot)->ahead = r;
+	*slot = r;
 	if (b->last)
 		free_set_next(b->last, r);
 	else
