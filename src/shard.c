@@ -213,7 +213,6 @@ static bool inbox_drain(struct shard *s)
 	return true;
 }
 
-/* Queues one expired record for the workers (or runs it, inline). */
 /* Ends the run being filled: it joins this pass's runs for the workers. */
 static void run_close(struct shard *s)
 {
@@ -230,6 +229,7 @@ static void run_close(struct shard *s)
 	s->dlen = 0;
 }
 
+/* Queues one expired record for the workers (or runs it, inline). */
 static void deliver(struct shard *s, struct rec *r)
 {
 	if (s->k->cfg.delivery == KAIROS_DELIVER_INLINE) {
