@@ -178,6 +178,27 @@ struct rec_chunk {
 _Static_assert(sizeof(struct rec) == CACHELINE, "a record is one cache line");
 _Static_assert(sizeof(struct rec_chunk) == CHUNK_BYTES, "a chunk is exactly its mapping");
 
+/*
+ * A record's inbox_next, with relaxed atomics: on the inbox a poster writes
+ * it while the shard may read it.  The free and retired stacks and the
+ * delivery queue's runs link through it as well.
+ */
+static inline struct rec *rec_link(struct rec *r)
+{
+	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
+}
+
+static inline void rec_link_set(struct rec *r, struct rec *next)
+{
+	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
+}
+
+/* The record after @r on a chain through wt.link.next (its first member). */
+static inline struct rec *rec_chain_next(struct rec *r)
+{
+	return r->wt.link.next ? (struct rec *)(void *)r->wt.link.next : NULL;
+}
+
 /* ---- delivery --------------------------------------------------------------
  * Expired records wait for a worker in runs of up to WORKER_BATCH, in the
  * order they expired.  A run is a chain through wt.link.next, which is free
@@ -198,29 +219,6 @@ struct dqueue {
 	_Atomic bool stop;		/* written under the lock, read without */
 };
 
-/* The next run after the one @r heads. */
-static inline struct rec *dq_run_next(struct rec *r)
-{
-	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
-}
-
-static inline void dq_run_set_next(struct rec *r, struct rec *next)
-{
-	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
-}
-
-/* The record after @r in its run. */
-static inline struct rec *dq_next(struct rec *r)
-{
-	/* wt.link is the record's first member. */
-	return r->wt.link.next ? (struct rec *)(void *)r->wt.link.next : NULL;
-}
-
-/*
- * What a worker (or an inline-delivering shard) ends in a row, counted and
- * handed back once per run rather than once per record: the shard's
- * finished count and the reclaimer's list are lines every worker writes.
- */
 /*
  * Records a thread ends in a row, handed to the reclaimer a bundle at a
  * time.  The last FREE_AHEAD added are kept, to point each at the record
@@ -234,6 +232,11 @@ struct rbundle {
 	struct rec *recent[FREE_AHEAD];
 };
 
+/*
+ * What a worker (or an inline-delivering shard) ends in a row, counted and
+ * handed back once per run rather than once per record: the shard's
+ * finished count and the reclaimer's list are lines every worker writes.
+ */
 struct wtally {
 	uint64_t finished;
 	struct rbundle rb;
@@ -457,6 +460,14 @@ void ts_lock(struct kairos *k);
 void ts_unlock(struct kairos *k);
 void ts_forget(void);
 
+/* This thread's state if it is on @k, else NULL; never joins (any context). */
+static inline struct tstate *ts_mine(struct kairos *k)
+{
+	if (__builtin_expect(atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k, 1))
+		return &tls_ts;
+	return NULL;
+}
+
 /*
  * This thread's state on @k, joining @k first if need be; NULL when it
  * cannot (see ts_attach()).  Call outside any read-side section: the slow
@@ -465,15 +476,9 @@ void ts_forget(void);
  */
 static inline struct tstate *ts_for(struct kairos *k)
 {
-	if (__builtin_expect(atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k, 1))
-		return &tls_ts;
-	return ts_attach(k);
-}
+	struct tstate *t = ts_mine(k);
 
-/* This thread's state if it is on @k, else NULL; never joins (any context). */
-static inline struct tstate *ts_mine(struct kairos *k)
-{
-	return atomic_load_explicit(&tls_ts.k, memory_order_relaxed) == k ? &tls_ts : NULL;
+	return t ? t : ts_attach(k);
 }
 
 /* A count only its thread writes: a plain add, published by a release store. */

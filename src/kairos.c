@@ -542,6 +542,7 @@ static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uin
 static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 {
 	struct shard *s;
+	struct tstate *t;
 	uint64_t old;
 	struct rec *r = lookup(k, id, &s, &old);
 	int rc;
@@ -552,8 +553,8 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (rc)
 		return rc;
 	/* This thread's own count when it is on @k, else the shared one. */
-	if (ts_mine(k))
-		ts_bump(&tls_ts.cancelled);
+	if ((t = ts_mine(k)))
+		ts_bump(&t->cancelled);
 	else
 		atomic_fetch_add_explicit(&k->base.cancelled, 1, memory_order_release);
 	if (k->cfg.max_timers)

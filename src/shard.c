@@ -58,12 +58,11 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
  */
 bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 {
-	struct rec *old;
+	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	uint64_t n, sleep;
 
-	old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	do {
-		__atomic_store_n(&r->inbox_next, old, __ATOMIC_RELAXED);
+		rec_link_set(r, old);
 		/* Release: the record's fields before it is visible on the inbox. */
 	} while (!atomic_compare_exchange_weak_explicit(&s->inbox, &old, r,
 							memory_order_seq_cst,
@@ -196,15 +195,15 @@ static bool inbox_drain(struct shard *s)
 		service_event(s->k);
 	/* The stack is newest first; reverse it so equal deadlines keep post order. */
 	while (list) {
-		struct rec *next = __atomic_load_n(&list->inbox_next, __ATOMIC_RELAXED);
+		struct rec *next = rec_link(list);
 
 		/* Atomic like every other access: a stale popper may read it. */
-		__atomic_store_n(&list->inbox_next, rev, __ATOMIC_RELAXED);
+		rec_link_set(list, rev);
 		rev = list;
 		list = next;
 	}
 	while (rev) {
-		struct rec *next = __atomic_load_n(&rev->inbox_next, __ATOMIC_RELAXED);
+		struct rec *next = rec_link(rev);
 
 		inbox_one(s, rev, &rb);
 		rev = next;
@@ -218,9 +217,9 @@ static void run_close(struct shard *s)
 {
 	if (!s->dfirst)
 		return;
-	dq_run_set_next(s->dfirst, NULL);
+	rec_link_set(s->dfirst, NULL);
 	if (s->rlast)
-		dq_run_set_next(s->rlast, s->dfirst);
+		rec_link_set(s->rlast, s->dfirst);
 	else
 		s->rfirst = s->dfirst;
 	s->rlast = s->dfirst;
@@ -316,7 +315,7 @@ static void expire(struct shard *s)
 	while (s->deferred) {
 		struct rec *r = s->deferred;
 
-		s->deferred = r->wt.link.next ? rec_of((struct wheel_timer *)(void *)r->wt.link.next) : NULL;
+		s->deferred = rec_chain_next(r);
 		wheel_insert(&s->wheel, &r->wt);
 	}
 	run_close(s);
@@ -594,9 +593,9 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	while (s->dq.head) {
 		struct rec *r = s->dq.head;
 
-		s->dq.head = dq_run_next(r);
+		s->dq.head = rec_link(r);
 		while (r) {
-			struct rec *next = dq_next(r);
+			struct rec *next = rec_chain_next(r);
 
 			drain_one(k, s, r, how, count);
 			r = next;

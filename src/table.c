@@ -30,22 +30,12 @@
 
 static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n);
 
-static struct rec *link_get(struct rec *r)
-{
-	return __atomic_load_n(&r->inbox_next, __ATOMIC_RELAXED);
-}
-
-static void link_set(struct rec *r, struct rec *next)
-{
-	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
-}
-
 /* Appends bundle head @b to the list @first..@last of heads (inbox_next). */
 static void heads_append(struct rec **first, struct rec **last, struct rec *b)
 {
-	link_set(b, NULL);
+	rec_link_set(b, NULL);
 	if (*last)
-		link_set(*last, b);
+		rec_link_set(*last, b);
 	else
 		*first = b;
 	*last = b;
@@ -57,7 +47,7 @@ static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct re
 	struct rec *old = atomic_load_explicit(head, memory_order_relaxed);
 
 	do {
-		link_set(last, old);
+		rec_link_set(last, old);
 		/* Release: the chain's links and states are visible to the popper. */
 	} while (!atomic_compare_exchange_weak_explicit(head, &old, first,
 							memory_order_release,
@@ -88,7 +78,7 @@ static void bundles_push(struct shard *s, struct rec *first)
 		struct rec *head = r;
 
 		for (unsigned n = 1;; n++) {
-			struct rec *next = link_get(r);
+			struct rec *next = rec_link(r);
 
 			if (n == BUNDLE_RECS || !next) {
 				free_set_next(r, NULL);
@@ -189,7 +179,7 @@ static struct rec *bundle_pop(struct kairos *k, struct shard *s, int *rc)
 		/* Acquire pairs with the release of stack_push(). */
 		b = atomic_load_explicit(&s->free_head, memory_order_acquire);
 		while (b) {
-			next = link_get(b);
+			next = rec_link(b);
 			if (atomic_compare_exchange_weak_explicit(&s->free_head, &b, next,
 								  memory_order_acquire,
 								  memory_order_acquire))
@@ -339,7 +329,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 
 	head->wt.slack = n;
 	do {
-		link_set(head, old);
+		rec_link_set(head, old);
 	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, head,
 							memory_order_release,
 							memory_order_relaxed));
@@ -405,7 +395,7 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 		struct rec *b = heads, *tail = b;
 		unsigned n = b->wt.slack;
 
-		heads = link_get(b);
+		heads = rec_link(b);
 		if (n < BUNDLE_RECS / 2) {
 			/* Small: walk it (it is short) onto the bundle being merged. */
 			while (free_next(tail))

@@ -26,9 +26,9 @@ _Thread_local kairos_id tls_timer;
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns)
 {
 	mutex_lock(&q->lock);
-	dq_run_set_next(last, NULL);
+	rec_link_set(last, NULL);
 	if (q->tail)
-		dq_run_set_next(q->tail, first);
+		rec_link_set(q->tail, first);
 	else
 		q->head = first;
 	q->tail = last;
@@ -45,7 +45,7 @@ void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n
 static void dqueue_unshift(struct dqueue *q, struct rec *run)
 {
 	mutex_lock(&q->lock);
-	dq_run_set_next(run, q->head);
+	rec_link_set(run, q->head);
 	q->head = run;
 	if (!q->tail)
 		q->tail = run;
@@ -71,7 +71,7 @@ static struct rec *dqueue_take(struct dqueue *q)
 		return NULL;
 	}
 	run = q->head;
-	q->head = dq_run_next(run);
+	q->head = rec_link(run);
 	if (!q->head)
 		q->tail = NULL;
 	if (--q->len)
@@ -171,7 +171,7 @@ static void *worker_main(void *arg)
 	while ((run = dqueue_take(&s->dq))) {
 		for (struct rec *r = run, *next; r; r = next) {
 			/* Read first: the record is another thread's once delivered. */
-			next = dq_next(r);
+			next = rec_chain_next(r);
 			if (next)
 				__builtin_prefetch(next, 1);
 			/* Stopping: what has not started goes back to be drained. */
