@@ -45,3 +45,18 @@ void thread_join(pthread_t t)
 	if (err)
 		kairos_die_err("pthread_join", err);
 }
+
+void thread_name(const char *role, int a, int b)
+{
+	char name[48];
+
+	if (b >= 0)
+		snprintf(name, sizeof(name), "kairos-%s-%d-%d", role, a, b);
+	else if (a >= 0)
+		snprintf(name, sizeof(name), "kairos-%s-%d", role, a);
+	else
+		snprintf(name, sizeof(name), "kairos-%s", role);
+	/* The kernel keeps 15 bytes; a name only helps, so a failure is ignored. */
+	name[15] = '\0';
+	(void)pthread_setname_np(pthread_self(), name);
+}

@@ -51,6 +51,11 @@ void kairos_die_at(const char *file, int line, const char *what, int err)
 void mutex_lock(pthread_mutex_t *m);
 void mutex_unlock(pthread_mutex_t *m);
 void thread_join(pthread_t t);
+/*
+ * Names the calling thread for top and gdb: "kairos-ROLE[-A[-B]]" (a
+ * negative number is left out), truncated to 15 bytes.
+ */
+void thread_name(const char *role, int a, int b);
 
 /* ---- ids ----------------------------------------------------------------
  * An id is gen:32 | shard:8 | index:24.  The generation is the upper half of
@@ -93,6 +98,9 @@ enum rec_state {
 	ST_RUNNING = 4,		/* callback running */
 	ST_CANCELLED = 5,
 	ST_DONE = 6,		/* fired (one-shot) or drained */
+	ST_PARKED = 7,		/* reset while waiting in a queue: pending again,
+				 * still on the queue's list until a drainer
+				 * sends it back to its shard (queue.c) */
 };
 #define ST_MASK		UINT64_C(0x7)
 #define ST_QUEUED	UINT64_C(0x08)	/* on the shard's inbox */
@@ -164,6 +172,7 @@ struct rec_period {
 
 struct chunk_head {
 	uint32_t no;				/* chunk number in its shard */
+	uint32_t shard;				/* the shard's index */
 	_Atomic(struct rec_period *) period;	/* CHUNK_RECS entries, or NULL */
 };
 
@@ -296,6 +305,47 @@ int backend_choose(struct kairos *k);
 int backend_start(struct shard *s);
 void backend_fallback(struct shard *s, int err);
 
+/* ---- queues (queue.c) ------------------------------------------------------
+ * A queue is a destination for expiries that the user's own threads drain.
+ * Its number (1 .. QUEUE_MAX) is in the records of its timers (wt.flags),
+ * so a record names its queue without a byte more.  The expired records
+ * wait on the queue's list, chained through wt.link.next as in a worker run;
+ * FIRING, PARKED (reset meanwhile) or CANCELLED (cancelled meanwhile), they
+ * stay there until a drainer (or a destroy) meets them, and only it retires
+ * them.
+ */
+#define QUEUE_BLOCK	1024
+#define QUEUE_DIRS	64
+#define QUEUE_MAX	(QUEUE_BLOCK * QUEUE_DIRS - 1)	/* numbers 1 .. QUEUE_MAX */
+
+struct kairos_queue {
+	struct kairos *k;
+	unsigned no;			/* in its records' wt.flags */
+	int efd;			/* readable while the list is not empty */
+	pthread_mutex_t lock;		/* the list, the flags, the waiters */
+	pthread_cond_t cond;		/* kairos_queue_take() waits here */
+	struct rec *head, *tail;
+	bool signalled;			/* efd holds a count */
+	_Atomic bool closed;		/* kairos_queue_destroy() has run */
+	unsigned waiters;		/* takers in pthread_cond_wait */
+	/*
+	 * Timers armed for it that have not ended, plus one while it is not
+	 * destroyed: whoever drops the last frees it.
+	 */
+	_Atomic uint64_t refs __attribute__((aligned(CACHELINE)));
+	/* Drainers between their first look and their last touch of a record. */
+	_Atomic unsigned active;
+};
+
+typedef _Atomic(struct kairos_queue *) qslot;
+
+struct kairos_queue *queue_get(struct kairos *k, unsigned no);
+void queue_unref(struct kairos_queue *q);
+/* A shard's expiries for one queue, collected over a pass (shard.c). */
+void queue_append(struct kairos_queue *q, struct shard *s, struct rec *first, struct rec *last);
+void queue_teardown_wait(struct kairos *k);
+void queue_teardown_drain(struct kairos *k, int how, uint64_t *count);
+
 /* ---- shard ----------------------------------------------------------------- */
 struct kairos;
 
@@ -357,6 +407,8 @@ struct shard {
 	size_t dlen;			/* records in it */
 	struct rec *rfirst, *rlast;	/* this pass's full runs */
 	size_t nruns;
+	struct kairos_queue *qcur;	/* the queue this pass's last expiries go to */
+	struct rec *qfirst, *qlast;	/* and those expiries */
 	struct wtally itally;		/* inline delivery's, flushed each pass */
 	unsigned checks;		/* passes since the last wheel_check (debug builds) */
 	uint64_t flush_ticks;		/* SHARD_FLUSH_NS in ticks, at least 1 */
@@ -379,6 +431,7 @@ struct shard {
 	struct dqueue dq;
 	pthread_t *workers;
 	unsigned nworkers;
+	_Atomic unsigned worker_seq;	/* numbers the workers' names */
 };
 
 /*
@@ -424,7 +477,25 @@ struct kairos {
 	 */
 	_Atomic uint32_t ev_seq __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t ev_waiters;
+
+	/*
+	 * Queues by number (queue.c): QUEUE_DIRS blocks of QUEUE_BLOCK slots,
+	 * each block allocated on first use and kept until destroy.  Slots are
+	 * filled under q_lock and emptied without it.
+	 */
+	pthread_mutex_t q_lock;
+	_Atomic(qslot *) qdir[QUEUE_DIRS];
+	_Atomic bool queues_gone;	/* teardown has ended what queues held */
 };
+
+/* The shard record @r belongs to (from its chunk's header). */
+static inline struct shard *rec_shard(struct kairos *k, const struct rec *r)
+{
+	const struct rec_chunk *c = (const struct rec_chunk *)((uintptr_t)r &
+							       ~(uintptr_t)(CHUNK_BYTES - 1));
+
+	return k->shards[c->h.head.shard];
+}
 
 /* Wakes every thread sleeping on @k's event count. */
 void service_event(struct kairos *k);
@@ -531,12 +602,15 @@ void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
+void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count);
+void period_advance(struct rec_period *p, uint64_t from_ns, uint64_t now_ns);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);
 void worker_stop(struct shard *s);
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w);
 void worker_tally_flush(struct shard *s, struct wtally *w);
+void worker_rearm(struct shard *s, struct rec *r);
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
 
 /* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */

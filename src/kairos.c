@@ -224,13 +224,16 @@ static uint64_t teardown(struct kairos *k, int how)
 {
 	uint64_t drained = 0;
 
-	/* Workers first: a periodic timer they re-arm lands in a live shard. */
+	/* Queue drainers first: they hold records and post to shards. */
+	queue_teardown_wait(k);
+	/* Workers next: a periodic timer they re-arm lands in a live shard. */
 	for (unsigned i = 0; i < k->nshards; i++)
 		worker_stop(k->shards[i]);
 	for (unsigned i = 0; i < k->nshards; i++)
 		shard_stop(k->shards[i]);
 	for (unsigned i = 0; i < k->nshards; i++)
 		shard_drain(k, k->shards[i], how, &drained);
+	queue_teardown_drain(k, how, &drained);
 	table_reclaimer_stop(k);
 	/* Nothing runs any more: these are the service's last counters. */
 	ts_lock(k);
@@ -258,6 +261,8 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 		return -ENOMEM;
 	memset(k, 0, sizeof(*k));
 	rc = pthread_mutex_init(&k->thr_lock, NULL);
+	if (!rc)
+		rc = pthread_mutex_init(&k->q_lock, NULL);
 	if (rc)
 		kairos_die_err("pthread_mutex_init", rc);	/* cannot fail with default attributes */
 	if (cfg)
@@ -298,6 +303,7 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	return 0;
 fail:
 	pthread_mutex_destroy(&k->thr_lock);
+	pthread_mutex_destroy(&k->q_lock);
 	free(k->shards);
 	free(k);
 	return rc;
@@ -405,7 +411,8 @@ static void arm_backoff(struct kairos *k, unsigned index)
 
 /* Arms a timer for @deadline_ns; called inside the read-side section. */
 static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
-	       uint64_t slack_ns, kairos_fn fn, void *arg, kairos_id *out, unsigned *behind)
+	       uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out,
+	       unsigned *behind)
 {
 	struct shard *s;
 	struct rec *r;
@@ -429,7 +436,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	/* Whole ticks only, rounded down: the window is never exceeded. */
 	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
 							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
-	r->wt.flags = 0;
+	r->wt.flags = q ? (uint16_t)q->no : 0;
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (period_ns) {
 		struct rec_period *p = table_period(s, index);
@@ -444,6 +451,9 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		p->period_ns = period_ns;
 		p->next_ns = deadline_ns;
 	}
+	/* Its queue stays until it ends (queue.c). */
+	if (q)
+		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 	/* The post's release publishes the fields above with the state. */
 	gen = timer_publish(r, period_ns != 0);
 	/* Counted before the post's release: whoever ends it sees the count. */
@@ -467,7 +477,8 @@ enum when { WHEN_AT, WHEN_AFTER };
  * of the read-side section, waits for a shard that is far behind.
  */
 static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
-		     uint64_t slack_ns, kairos_fn fn, void *arg, kairos_id *out)
+		     uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg,
+		     kairos_id *out)
 {
 	uint64_t deadline = t_ns;
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
@@ -481,13 +492,14 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 	rc = enter(k);
 	if (rc)
 		return rc;
-	if (!fn) {
+	if (q ? q->k != k || atomic_load_explicit(&q->closed, memory_order_relaxed) : !fn) {
+		/* A queue's timer may leave the callback out (kairos_queue_take()). */
 		rc = -EINVAL;
 	} else if (when == WHEN_AFTER &&
 		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
-		rc = arm(k, t, deadline, period_ns, slack_ns, fn, arg, out, &behind);
+		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, &behind);
 	}
 	leave();
 	if (behind)
@@ -498,13 +510,13 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, fn, arg, out);
+	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, NULL, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, NULL, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
@@ -512,13 +524,40 @@ KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_
 {
 	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, NULL, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, NULL, fn, arg, out);
+}
+
+/* The flags kairos_arm_opts() knows; every other bit is -EINVAL. */
+#define OPTS_FLAGS	KAIROS_ABSTIME
+
+KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
+				  const struct kairos_timer_opts *o, kairos_fn fn, void *arg,
+				  kairos_id *out)
+{
+	static const struct kairos_timer_opts none;
+
+	if (!k)
+		return -EINVAL;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (!o)
+		o = &none;
+	if ((o->flags & ~OPTS_FLAGS) || o->reserved_int)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return -EINVAL;
+	if (o->jitter_ns || o->key || o->key_len)
+		return -EOPNOTSUPP;
+	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
+	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns,
+			 o->period_ns, o->slack_ns, o->queue, fn, arg, out);
 }
 
 /* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
@@ -559,6 +598,9 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 		atomic_fetch_add_explicit(&k->base.cancelled, 1, memory_order_release);
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
+	/* Ended: its queue may go (the record's number stays valid meanwhile). */
+	if (r->wt.flags)
+		queue_unref(queue_get(k, r->wt.flags));
 	/*
 	 * The shard unlinks it at its next pass, or after a batch of posts.  A
 	 * cancel never waits for a shard that is behind: it adds no record.
@@ -678,26 +720,34 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	uint64_t held, was;
 	struct shard *s;
 	struct rec *r;
-	bool periodic, earlier;
+	bool periodic, earlier, parked;
 	int rc;
 
 	r = lookup(k, id, &s, &held);
 	if (!r)
 		return -ENOENT;
 	/* Take the record: PENDING -> RESETTING, so no one fires it meanwhile. */
-	rc = timer_reset_take(r, id_gen(id), &held);
+	rc = timer_reset_take(r, id_gen(id), &held, &parked);
 	if (rc)
 		return rc;
 	periodic = held & ST_PERIODIC;
 	earlier = tick < __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
+	if (parked) {
+		/*
+		 * Its expiry waits in a queue, untaken: withdrawn.  The queue's
+		 * next drainer sends it back to the shard (queue.c).
+		 */
+		(void)timer_reset_give(r, held, false, false, true);
+		return 0;
+	}
 	/*
 	 * Give it back as PENDING with the next version.  A later deadline is
 	 * just the store (the shard re-checks it before firing); an earlier one
 	 * is posted so the shard relinks it, and so is any periodic reset,
 	 * whose period restarts from the new deadline.
 	 */
-	was = timer_reset_give(r, held, earlier || periodic, periodic);
+	was = timer_reset_give(r, held, earlier || periodic, periodic, false);
 	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(was & ST_QUEUED))
 		(void)shard_post(s, r, tick);

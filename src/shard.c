@@ -228,9 +228,32 @@ static void run_close(struct shard *s)
 	s->dlen = 0;
 }
 
-/* Queues one expired record for the workers (or runs it, inline). */
+/* Hands this pass's expiries for the queue last seen to it. */
+static void queue_flush(struct shard *s)
+{
+	if (!s->qfirst)
+		return;
+	queue_append(s->qcur, s, s->qfirst, s->qlast);
+	s->qfirst = s->qlast = NULL;
+	s->qcur = NULL;
+}
+
+/*
+ * Queues one expired record for its queue, for the workers, or runs it
+ * (inline).  A queue's expiries go to it a chain at a time: one lock per
+ * run of expiries for the same queue.
+ */
 static void deliver(struct shard *s, struct rec *r)
 {
+	if (r->wt.flags) {
+		struct kairos_queue *q = queue_get(s->k, r->wt.flags);
+
+		if (q != s->qcur)
+			queue_flush(s);
+		s->qcur = q;
+		rec_chain_append(&s->qfirst, &s->qlast, r, r);
+		return;
+	}
 	if (s->k->cfg.delivery == KAIROS_DELIVER_INLINE) {
 		worker_deliver(s->k, s, r, &s->itally);
 		return;
@@ -251,15 +274,27 @@ static void deliver(struct shard *s, struct rec *r)
 static void period_step(struct shard *s, struct rec *r)
 {
 	struct rec_period *p = table_period(s, table_index(s, r));
-	uint64_t late = s->now_ns > p->next_ns ? s->now_ns - p->next_ns : 0;
+
+	period_advance(p, p->next_ns, s->now_ns);
+}
+
+/*
+ * The run at @from_ns, seen at @now_ns: it covers every period begun by
+ * then, and the next run is the first deadline after those.  A queue's
+ * drainer calls it again for a periodic expiry that waited there, so that
+ * the periods missed while it waited join the same call.
+ */
+void period_advance(struct rec_period *p, uint64_t from_ns, uint64_t now_ns)
+{
+	uint64_t late = now_ns > from_ns ? now_ns - from_ns : 0;
 	uint64_t covered = late / p->period_ns + 1, step;
 
 	if (covered > INT32_MAX)
 		covered = INT32_MAX;
-	p->fire_ns = p->next_ns;
+	p->fire_ns = from_ns;
 	p->fire_status = (int)covered;
 	if (__builtin_mul_overflow(covered, p->period_ns, &step) ||
-	    __builtin_add_overflow(p->next_ns, step, &p->next_ns))
+	    __builtin_add_overflow(from_ns, step, &p->next_ns))
 		p->next_ns = UINT64_MAX;
 }
 
@@ -318,6 +353,7 @@ static void expire(struct shard *s)
 		s->deferred = rec_chain_next(r);
 		wheel_insert(&s->wheel, &r->wt);
 	}
+	queue_flush(s);
 	run_close(s);
 	if (s->nruns) {
 		dqueue_push(&s->dq, s->rfirst, s->rlast, s->nruns);
@@ -419,6 +455,7 @@ static void *shard_main(void *arg)
 
 	tls_service = k;
 	tls_shard = s;
+	thread_name("shard", (int)s->index, -1);
 	/* The ring is made here: IORING_SETUP_SINGLE_ISSUER wants its one submitter. */
 	s->init_rc = backend_start(s);
 	/* Tells kairos_create the outcome (it waits on init_done). */
@@ -560,24 +597,30 @@ void shard_stop(struct shard *s)
 	s->ops->fini(s);
 }
 
-/* Ends one record still held at destroy: once, counted as drained. */
-static void drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count)
+/*
+ * Ends one record still held at destroy (in a wheel, a delivery queue or a
+ * queue's list): once, counted as drained.
+ */
+void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count)
 {
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 	unsigned st = st_of(old);
 
 	if (st == ST_CANCELLED) {
-		/* Cancelled while queued for a worker: the canceller counted it. */
+		/* Cancelled while queued for delivery: the canceller counted it. */
 		table_retire(k, s, r);
 		return;
 	}
-	if (st != ST_PENDING && st != ST_FIRING)
+	if (st != ST_PENDING && st != ST_FIRING && st != ST_PARKED)
 		kairos_die("drained record in an impossible state");
 	timer_drain(r, old);
 	atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
 	(*count)++;
-	if (how == KAIROS_DRAIN_NOTIFY)
+	/* A queue's timer may have no callback (kairos_queue_take() only). */
+	if (how == KAIROS_DRAIN_NOTIFY && r->fn)
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
+	if (r->wt.flags)
+		queue_unref(queue_get(k, r->wt.flags));
 	shard_end(s, r, old, NULL);
 }
 
@@ -597,7 +640,7 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 		while (r) {
 			struct rec *next = rec_chain_next(r);
 
-			drain_one(k, s, r, how, count);
+			shard_drain_one(k, s, r, how, count);
 			r = next;
 		}
 	}
@@ -605,5 +648,5 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	s->dq.len = 0;
 	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))
-		drain_one(k, s, rec_of(t), how, count);
+		shard_drain_one(k, s, rec_of(t), how, count);
 }

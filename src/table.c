@@ -153,6 +153,7 @@ static int grow(struct kairos *k, struct shard *s)
 		goto out;
 	}
 	c->h.head.no = no;
+	c->h.head.shard = s->index;
 	for (unsigned i = 0; i < CHUNK_RECS - 1; i++) {
 		/* Generation salt - 1: the first allocation bumps it to salt. */
 		atomic_init(&c->recs[i].state, (uint64_t)(k->salt - 1) << 32 | ST_FREE);
@@ -445,6 +446,7 @@ static void *reclaimer_main(void *arg)
 {
 	struct kairos *k = arg;
 
+	thread_name("reclaim", -1, -1);
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
 

@@ -14,17 +14,28 @@
  *                                                                publishes the word and fields
  *  PENDING         RESETTING           resetter      acquire     is held for one deadline store
  *  RESETTING       PENDING, ver + 1    resetter      release     is posted if earlier/periodic
+ *  FIRING (queue,  RESETTING           resetter      acquire     is held for one deadline store
+ *   one-shot),                                                   (an expiry no one took yet)
+ *   PARKED
+ *  RESETTING       PARKED, ver + 1     resetter      release     stays on its queue's list
+ *  PARKED          PENDING | QUEUED    drainer       acq_rel     is posted back to its shard
  *  PENDING         CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
- *  FIRING          CANCELLED           canceller     acq_rel     is retired by its worker
+ *  FIRING, PARKED  CANCELLED           canceller     acq_rel     is retired by its worker or
+ *                                                                its queue's drainer
  *  RUNNING         RUNNING | STOP      canceller     acq_rel     periodic: its worker ends it
  *  RUNNING         RUNNING | WAITERS   cancel_sync   acq_rel     its end bumps the event count
  *  any             QUEUED, REBASE off  shard         acq_rel     is filed in (or out of) the wheel
  *  PENDING         FIRING              shard         acq_rel     is delivered to a worker
- *  FIRING          RUNNING             worker        acquire     runs its callback
+ *  FIRING          RUNNING             worker        acquire     runs its callback (or is
+ *                                      or drainer                taken from its queue)
  *  RUNNING         DONE                worker        acq_rel     is retired by the worker
  *  RUNNING | STOP  CANCELLED           worker        acq_rel     is retired by the worker
  *  RUNNING         PENDING | QUEUED    worker        acq_rel     periodic: is posted again
- *  PENDING/FIRING  DONE                destroy       release     is retired by the drain
+ *  PENDING/FIRING/ DONE                destroy       release     is retired by the drain
+ *   PARKED
+ *
+ * "Worker" here means whichever thread delivers the record: a worker, the
+ * shard (inline delivery), or a queue's drainer (queue.c).
  *
  * A cancel wins iff it moves PENDING or FIRING to CANCELLED; a callback runs
  * iff its worker moves FIRING to RUNNING.  Whoever wins a race reports it,
@@ -88,7 +99,11 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 			want = st_with(*old, ST_CANCELLED) | ST_QUEUED;
 			break;
 		case ST_FIRING:
-			/* Expired, callback not started: its worker will retire it. */
+		case ST_PARKED:
+			/*
+			 * Expired, callback not started (or reset while waiting
+			 * in a queue): its worker or drainer will retire it.
+			 */
 			want = st_with(*old, ST_CANCELLED);
 			break;
 		case ST_RESETTING:
@@ -140,11 +155,14 @@ static inline bool timer_wait_mark(struct rec *r, uint32_t gen, uint64_t *seen)
 /*
  * timer_reset_take - PENDING -> RESETTING for the life @gen of @r, so that
  * nothing fires it while the caller stores a deadline; *@old is the word
- * last read (acquire) on entry, the word held on success.
+ * last read (acquire) on entry, the word held on success.  A one-shot timer
+ * of a queue whose expiry waits there untaken (FIRING), or that was reset
+ * there before (PARKED), is taken too, and *@parked says so: it goes back
+ * PARKED, and the queue's drainer sends it to its shard.
  *
  * Return: 0, -EBUSY (a periodic timer that is firing or running), -ENOENT.
  */
-static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old)
+static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old, bool *parked)
 {
 	unsigned spins = 0;
 
@@ -158,7 +176,9 @@ static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old)
 			*old = atomic_load_explicit(&r->state, memory_order_acquire);
 			continue;
 		}
-		if (st_of(*old) != ST_PENDING)
+		*parked = st_of(*old) == ST_PARKED ||
+			  (st_of(*old) == ST_FIRING && r->wt.flags && !(*old & ST_PERIODIC));
+		if (st_of(*old) != ST_PENDING && !*parked)
 			return (*old & ST_PERIODIC) &&
 			       (st_of(*old) == ST_FIRING || st_of(*old) == ST_RUNNING)
 				? -EBUSY : -ENOENT;
@@ -176,15 +196,17 @@ static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old)
  * RESETTING -> PENDING with the next version: gives back what
  * timer_reset_take() took (@held), QUEUED if the caller will post it (or a
  * post is still on its way), REBASE for a periodic timer whose period
- * restarts from the new deadline.  The shard may clear QUEUED meanwhile,
- * hence the loop.  Returns the word replaced: QUEUED in it means a post is
- * already on its way.
+ * restarts from the new deadline; PARKED instead of PENDING when it was
+ * taken from a queue's list (@parked: never posted, never QUEUED).  The
+ * shard may clear QUEUED meanwhile, hence the loop.  Returns the word
+ * replaced: QUEUED in it means a post is already on its way.
  */
-static inline uint64_t timer_reset_give(struct rec *r, uint64_t held, bool queue, bool rebase)
+static inline uint64_t timer_reset_give(struct rec *r, uint64_t held, bool queue, bool rebase,
+					bool parked)
 {
 	for (;;) {
 		uint64_t want = st_with((held & ~ST_VER_MASK) | ((held + ST_VER_ONE) & ST_VER_MASK),
-					ST_PENDING);
+					parked ? ST_PARKED : ST_PENDING);
 
 		if (queue)
 			want |= ST_QUEUED;
@@ -234,6 +256,49 @@ static inline bool timer_run(struct rec *r, uint64_t *old)
 							 memory_order_acquire,
 							 memory_order_acquire));
 	return true;
+}
+
+/* What a queue's drainer did with a record from the list (timer_claim()). */
+enum claim { CLAIM_RUN, CLAIM_CANCELLED, CLAIM_UNPARKED };
+
+/*
+ * timer_claim - a queue's drainer meets record @r on the list: FIRING ->
+ * RUNNING (CLAIM_RUN: run or take it), PARKED -> PENDING | QUEUED
+ * (CLAIM_UNPARKED: the caller posts it to its shard), or nothing
+ * (CLAIM_CANCELLED: a cancel ended it; the caller retires it).  With
+ * @ending (the queue is going away) PARKED -> RUNNING too, so that the
+ * caller ends it.  Waits out a resetter.  *@old is the word replaced.
+ */
+static inline enum claim timer_claim(struct rec *r, uint64_t *old, bool ending)
+{
+	unsigned spins = 0;
+
+	*old = atomic_load_explicit(&r->state, memory_order_acquire);
+	for (;;) {
+		uint64_t want;
+
+		switch (st_of(*old)) {
+		case ST_CANCELLED:
+			return CLAIM_CANCELLED;
+		case ST_RESETTING:
+			cpu_relax_n(&spins);
+			*old = atomic_load_explicit(&r->state, memory_order_acquire);
+			continue;
+		case ST_FIRING:
+			want = st_with(*old, ST_RUNNING);
+			break;
+		case ST_PARKED:
+			want = ending ? st_with(*old, ST_RUNNING) : st_with(*old, ST_PENDING) | ST_QUEUED;
+			break;
+		default:
+			kairos_die("queued record in an impossible state");
+		}
+		/* Acquire: the callback sees everything done before the arm. */
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return st_of(want) == ST_RUNNING ? CLAIM_RUN : CLAIM_UNPARKED;
+	}
 }
 
 /* RUNNING -> DONE, by its worker after a one-shot callback; returns the word replaced. */

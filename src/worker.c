@@ -90,8 +90,11 @@ void worker_tally_flush(struct shard *s, struct wtally *w)
 	rbundle_flush(s->k, s, &w->rb);
 }
 
-/* A periodic timer goes back to its shard for its next run. */
-static void rearm(struct shard *s, struct rec *r)
+/*
+ * A periodic timer goes back to its shard for its next run, after its
+ * worker (or queue drainer) is done with it.
+ */
+void worker_rearm(struct shard *s, struct rec *r)
 {
 	struct rec_period *p = table_period(s, table_index(s, r));
 	uint64_t tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
@@ -100,6 +103,8 @@ static void rearm(struct shard *s, struct rec *r)
 	if (!timer_rearm(r, tick, &old)) {
 		/* Cancelled while running: it ends here, counted as cancelled. */
 		atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
+		if (r->wt.flags)
+			queue_unref(queue_get(s->k, r->wt.flags));
 		shard_end(s, r, old, NULL);
 		return;
 	}
@@ -152,7 +157,7 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wta
 	tls_timer = 0;
 
 	if (periodic) {
-		rearm(s, r);
+		worker_rearm(s, r);
 		return;
 	}
 	old = timer_done(r);
@@ -168,6 +173,8 @@ static void *worker_main(void *arg)
 	struct rec *run;
 
 	tls_service = s->k;
+	thread_name("work", (int)s->index,
+		    (int)atomic_fetch_add_explicit(&s->worker_seq, 1, memory_order_relaxed));
 	while ((run = dqueue_take(&s->dq))) {
 		for (struct rec *r = run, *next; r; r = next) {
 			/* Read first: the record is another thread's once delivered. */

@@ -695,6 +695,57 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
+/* Every thread a service starts carries a name that top and gdb show. */
+static int count_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;	/* the thread has just exited */
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+		n += !strcmp(comm, name);
+	}
+	closedir(d);
+	return n;
+}
+
+START_TEST(test_lifecycle_thread_names)
+{
+	struct kairos_config c = t_cfg(2, 3);
+	struct kairos *k = t_create(&c);
+
+	ck_assert_int_eq(count_named("kairos-shard-0"), 1);
+	ck_assert_int_eq(count_named("kairos-shard-1"), 1);
+	for (int s = 0; s < 2; s++) {
+		for (int w = 0; w < 3; w++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "kairos-work-%d-%d", s, w);
+			/* A worker names itself as it starts: give it a moment. */
+			for (int i = 0; i < 500 && count_named(name) != 1; i++)
+				t_sleep_ms(2);
+			ck_assert_msg(count_named(name) == 1, "no thread named %s", name);
+		}
+	}
+	ck_assert_int_eq(count_named("kairos-reclaim"), 1);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(count_named("kairos-shard-0"), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -716,6 +767,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_fork_exec);
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
+	tcase_add_test(tc, test_lifecycle_thread_names);
 	suite_add_tcase(s, tc);
 	return t_main(s, "lifecycle");
 }

@@ -51,8 +51,9 @@ typedef uint64_t kairos_id;
 typedef void (*kairos_fn)(void *arg, kairos_id id, int status);
 
 struct kairos;
+struct kairos_queue;
 
-/* How expired timers reach their callbacks. */
+/* How expired timers reach their callbacks (a queue's timers go to their queue). */
 enum kairos_delivery {
 	KAIROS_DELIVER_WORKERS = 0,	/* worker threads of the timer's shard */
 	KAIROS_DELIVER_INLINE = 1,	/* on the shard thread; for short callbacks */
@@ -89,7 +90,8 @@ struct kairos_config {
 /* Counters of a service; see kairos_stats(). */
 struct kairos_stats {
 	uint64_t armed;		/* timers accepted by kairos_arm*() */
-	uint64_t fired;		/* one-shot timers whose callback started */
+	uint64_t fired;		/* one-shot timers whose callback started (or
+				 * that kairos_queue_take() handed out) */
 	uint64_t cancelled;	/* timers ended by a cancel that returned 0 (or a
 				 * periodic timer stopped by a cancel while running) */
 	uint64_t drained;	/* timers ended by kairos_destroy() */
@@ -213,6 +215,47 @@ int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *a
 int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns, kairos_fn fn,
 		     void *arg, kairos_id *out);
 
+/* kairos_timer_opts.flags */
+#define KAIROS_ABSTIME	0x1	/* @when_ns is a time of the service clock, not a delay */
+
+/*
+ * Options of one timer for kairos_arm_opts(): zero-fill, set what you need.
+ * The reserved words must be 0; later versions give them meanings whose 0
+ * is today's behaviour.
+ */
+struct kairos_timer_opts {
+	struct kairos_queue *queue;	/* deliver to this queue; NULL: the service's
+					 * workers (or inline) */
+	uint64_t slack_ns;		/* may fire up to this late, never early */
+	uint64_t period_ns;		/* periodic with this period; 0: one-shot */
+	uint64_t jitter_ns;		/* not supported yet: must be 0 */
+	const void *key;		/* not supported yet: must be NULL */
+	size_t key_len;			/* not supported yet: must be 0 */
+	int flags;			/* KAIROS_ABSTIME */
+	int reserved_int;		/* must be 0 */
+	uint64_t reserved[6];		/* must be 0 */
+};
+
+/*
+ * kairos_arm_opts - arms a timer of any kind: one-shot or periodic, exact or
+ * with slack, at a delay or an absolute time, delivered to the service's
+ * workers or to a queue.  kairos_arm(), kairos_arm_at(), kairos_arm_every()
+ * and kairos_arm_slack() are shorthands of it.
+ * @when_ns: the first deadline: a delay from now, or with KAIROS_ABSTIME a
+ *           time of the service clock; a periodic timer then runs every
+ *           @o->period_ns after it
+ * @o:       the options, or NULL for all zero
+ * @fn:      the callback; may be NULL for a timer of a queue, whose entries
+ *           are then only taken (kairos_queue_take())
+ *
+ * Context: as kairos_arm().
+ * Return: as kairos_arm(); also -EINVAL for an unknown flag, a reserved word
+ * that is not 0, a NULL @fn without a queue, or a queue of another service
+ * or one destroyed; -EOPNOTSUPP for a jitter or a key (a later version).
+ */
+int kairos_arm_opts(struct kairos *k, uint64_t when_ns, const struct kairos_timer_opts *o,
+		    kairos_fn fn, void *arg, kairos_id *out);
+
 /*
  * kairos_cancel - cancels a timer.
  *
@@ -257,7 +300,8 @@ int kairos_cancel_sync(struct kairos *k, kairos_id id);
  * -EBUSY for a periodic timer (arm a new timer instead).
  * Return: 0: the timer fires at the new deadline, not before; -ENOENT: the
  * timer has ended or is firing (a one-shot whose callback is starting or
- * running); -EBUSY: a periodic timer whose callback is starting or running
+ * running; but a one-shot timer of a queue whose expiry waits there
+ * untaken is withdrawn from the queue and armed again: 0); -EBUSY: a periodic timer whose callback is starting or running
  * (try again after it); -EINVAL for a NULL @k or an id of 0; -EOVERFLOW
  * when now + @delay_ns overflows; -ESHUTDOWN after kairos_destroy().
  */
@@ -292,6 +336,90 @@ int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns);
  */
 int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n, uint64_t delay_ns,
 		   int *results);
+
+/*
+ * Queues: expiries delivered to the user's own threads.  A timer armed with
+ * kairos_arm_opts() for a queue expires into it instead of onto a worker;
+ * the queue's fd becomes readable, and the thread that watches it runs the
+ * callbacks (kairos_queue_run()) or takes the entries (kairos_queue_take()).
+ * Every promise of a worker's timer holds: never early; a cancel that
+ * returns 0 means the entry is never run nor taken, even once it waits in
+ * the queue; a cancel during its kairos_queue_run() callback says -EBUSY and
+ * kairos_cancel_sync() waits; a reset of a one-shot entry that waits untaken
+ * withdraws it and arms it again (0).  See kairos_queue_create(3).
+ */
+
+/* One entry handed out by kairos_queue_take(). */
+struct kairos_expiry {
+	kairos_id id;		/* the timer's id */
+	void *arg;		/* its arm's @arg */
+	uint64_t deadline_ns;	/* the deadline it expired at (service clock) */
+	int status;		/* expirations it covers, as kairos_fn's status */
+	kairos_fn fn;		/* its arm's @fn (may be NULL); not called */
+};
+
+/*
+ * kairos_queue_create - makes a queue of @k's.
+ *
+ * Context: any thread; takes a per-service lock for a few instructions.
+ * Return: 0; -EINVAL for a NULL argument; -ENOMEM; -EMFILE or -ENFILE (its
+ * eventfd); -ENOSPC with 65535 queues in @k; -ESHUTDOWN.
+ */
+int kairos_queue_create(struct kairos *k, struct kairos_queue **out);
+
+/*
+ * kairos_queue_destroy - ends the entries waiting in @q without running
+ * them and closes its fd.  Timers still armed for @q go on until they end:
+ * cancel and reset work on them, and one that expires ends there, unrun.
+ * Each is counted once, as drained.  @q must not be used again, nor be in
+ * a call of another thread.  Valid before or after kairos_destroy() of its
+ * service; every queue must be destroyed to free it.
+ *
+ * Context: any thread, callbacks included; does not wait for callbacks.
+ * Return: how many waiting entries it ended (>= 0); -EINVAL for a NULL @q.
+ */
+int kairos_queue_destroy(struct kairos_queue *q);
+
+/*
+ * kairos_queue_fd - an eventfd that is readable while entries wait in @q:
+ * poll it (POLLIN), put it in epoll, or read it through io_uring, then call
+ * kairos_queue_run() or kairos_queue_take().  Reading it is not needed (and
+ * does no harm).  It may be readable with nothing left to run: the entries
+ * waiting may all have been cancelled or reset meanwhile.
+ *
+ * Context: any thread; does not block.
+ * Return: the fd (owned by @q: do not close it); -EINVAL.
+ */
+int kairos_queue_fd(struct kairos_queue *q);
+
+/*
+ * kairos_queue_run - runs up to @max callbacks of entries waiting in @q, on
+ * the calling thread, oldest first.  Entries cancelled meanwhile are
+ * skipped, and entries reset meanwhile go back to their shard; neither
+ * counts toward @max.  An entry without a callback counts as run.
+ *
+ * Context: any thread, callbacks included; several threads may run one
+ * queue.  Does not block, except in the callbacks it runs, which run
+ * outside any lock.
+ * Return: how many it ran (>= 0); -EINVAL for a NULL @q or a @max of 0;
+ * -ESHUTDOWN after kairos_destroy().
+ */
+int kairos_queue_run(struct kairos_queue *q, unsigned max);
+
+/*
+ * kairos_queue_take - takes up to @max entries waiting in @q into @out,
+ * oldest first, without running anything: each ends as a timer whose
+ * callback ran (a periodic one goes on to its next period).  Waits up to
+ * @timeout_ns for the first: 0 does not wait, < 0 waits until one comes.
+ *
+ * Context: any thread; several threads may take from one queue.  Blocks up
+ * to @timeout_ns, outside any read-side section.
+ * Return: how many it took (0 when the time ran out); -EINVAL for a NULL
+ * argument, a @max of 0, or @q destroyed while it waited; -ESHUTDOWN after
+ * (or during) kairos_destroy().
+ */
+int kairos_queue_take(struct kairos_queue *q, struct kairos_expiry *out, unsigned max,
+		      int64_t timeout_ns);
 
 /*
  * kairos_now - reads the service clock (the configured clockid), in ns.

@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * queue.c - expiries delivered to the user's own threads.
+ *
+ * A timer armed for a queue expires like any other: its shard moves it to
+ * FIRING.  Instead of a worker run, the shard appends it to the queue's
+ * list (one lock per pass and queue) and makes the queue's eventfd readable
+ * if it was not.  A drainer (kairos_queue_run(), kairos_queue_take()) takes
+ * the whole list under the lock, one pointer, and walks it outside:
+ *  - FIRING: moved to RUNNING, then run here or handed out, and ended (a
+ *    one-shot) or sent back to its shard for its next period;
+ *  - PARKED (reset while it waited): sent back to its shard, which files it
+ *    at its new deadline;
+ *  - CANCELLED (cancelled while it waited): retired; the canceller counted it.
+ * What a drainer does not get to (its @max) goes back to the front.
+ *
+ * Lifetime.  A queue holds one reference for itself, dropped by
+ * kairos_queue_destroy(), and one per timer armed for it that has not
+ * ended; the last one frees it.  So a record never names a freed queue, and
+ * destroy need not find the timers still armed for it: each ends, unrun,
+ * when it expires (or is cancelled).  Drainers count themselves in @active
+ * while they hold records, outside any read-side section during a callback;
+ * kairos_destroy() waits for them before it stops anything.
+ */
+#include "rcu.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "fault.h"
+#include "internal.h"
+#include "timer.h"
+
+static qslot *slot_of(struct kairos *k, unsigned no)
+{
+	qslot *blk = atomic_load_explicit(&k->qdir[no / QUEUE_BLOCK], memory_order_acquire);
+
+	return blk ? &blk[no % QUEUE_BLOCK] : NULL;
+}
+
+/* The queue numbered @no; only called for a number a live record holds. */
+struct kairos_queue *queue_get(struct kairos *k, unsigned no)
+{
+	return atomic_load_explicit(slot_of(k, no), memory_order_acquire);
+}
+
+static void queue_free(struct kairos_queue *q)
+{
+	struct kairos *k = q->k;
+
+	/* After teardown the slots are gone and nobody looks a number up. */
+	if (!atomic_load_explicit(&k->queues_gone, memory_order_acquire))
+		atomic_store_explicit(slot_of(k, q->no), NULL, memory_order_release);
+	pthread_mutex_destroy(&q->lock);
+	pthread_cond_destroy(&q->cond);
+	free(q);
+}
+
+/* Drops one reference; the last frees @q.  Never blocks. */
+void queue_unref(struct kairos_queue *q)
+{
+	if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) == 1)
+		queue_free(q);
+}
+
+/* The eventfd follows the list: readable iff it holds records (q->lock held). */
+static void signal_set(struct kairos_queue *q)
+{
+	uint64_t one = 1;
+
+	if (q->signalled)
+		return;
+	if (write(q->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
+		kairos_die_err("eventfd write", errno);
+	q->signalled = true;
+}
+
+static void signal_clear(struct kairos_queue *q)
+{
+	uint64_t n;
+
+	if (!q->signalled)
+		return;
+	if (read(q->efd, &n, sizeof(n)) != sizeof(n) && errno != EAGAIN)
+		kairos_die_err("eventfd read", errno);
+	q->signalled = false;
+}
+
+/* Takes the whole list (q->lock held); NULL when empty. */
+static struct rec *list_take(struct kairos_queue *q, struct rec **last)
+{
+	struct rec *first = q->head;
+
+	*last = q->tail;
+	q->head = q->tail = NULL;
+	signal_clear(q);
+	return first;
+}
+
+/*
+ * Ends the records of @first (a queue being destroyed): counted as drained.
+ * Returns how many, those cancelled meanwhile left out.
+ */
+static uint64_t end_chain(struct kairos *k, struct rec *first)
+{
+	struct rec *r, *next;
+	uint64_t n = 0;
+
+	for (r = first; r; r = next) {
+		struct shard *s = rec_shard(k, r);
+		uint64_t old;
+
+		next = rec_chain_next(r);
+		if (timer_claim(r, &old, true) == CLAIM_CANCELLED) {
+			table_retire(k, s, r);
+			continue;
+		}
+		old = timer_done(r);
+		atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
+		queue_unref(queue_get(k, r->wt.flags));
+		shard_end(s, r, old, NULL);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * queue_append - shard @s hands its expiries @first..@last (chained through
+ * wt.link.next) to @q.  A destroyed queue's are ended at once.
+ */
+void queue_append(struct kairos_queue *q, struct shard *s, struct rec *first, struct rec *last)
+{
+	(void)s;
+	mutex_lock(&q->lock);
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
+		mutex_unlock(&q->lock);
+		(void)end_chain(q->k, first);
+		return;
+	}
+	last->wt.link.next = NULL;
+	if (q->tail)
+		q->tail->wt.link.next = &first->wt.link;
+	else
+		q->head = first;
+	q->tail = last;
+	signal_set(q);
+	if (q->waiters)
+		pthread_cond_broadcast(&q->cond);
+	mutex_unlock(&q->lock);
+}
+
+/* Puts @first..@last, which a drainer took and did not get to, back in front. */
+static void list_unshift(struct kairos_queue *q, struct rec *first, struct rec *last)
+{
+	mutex_lock(&q->lock);
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
+		/* Destroyed from one of its own callbacks: what is left ends. */
+		mutex_unlock(&q->lock);
+		(void)end_chain(q->k, first);
+		return;
+	}
+	last->wt.link.next = q->head ? &q->head->wt.link : NULL;
+	q->head = first;
+	if (!q->tail)
+		q->tail = last;
+	signal_set(q);
+	if (q->waiters)
+		pthread_cond_broadcast(&q->cond);
+	mutex_unlock(&q->lock);
+}
+
+/*
+ * What one drain ends, counted and retired per shard in a row, not per
+ * record: the shard's counters are lines its own threads write too.
+ */
+struct qtally {
+	struct shard *s;
+	uint64_t fired, finished, runs;
+	struct rbundle rb;
+};
+
+static void qtally_flush(struct qtally *t)
+{
+	struct shard *s = t->s;
+
+	if (!s)
+		return;
+	if (t->fired)
+		atomic_fetch_add_explicit(&s->stats.fired, t->fired, memory_order_relaxed);
+	if (t->runs)
+		atomic_fetch_add_explicit(&s->stats.periodic_runs, t->runs, memory_order_relaxed);
+	if (t->finished)
+		/* Release: kairos_stats() that counts them sees their arms counted. */
+		atomic_fetch_add_explicit(&s->stats.finished, t->finished, memory_order_release);
+	rbundle_flush(s->k, s, &t->rb);
+	t->fired = t->finished = t->runs = 0;
+}
+
+static void qtally_use(struct qtally *t, struct shard *s)
+{
+	if (t->s != s) {
+		qtally_flush(t);
+		t->s = s;
+	}
+}
+
+/*
+ * One expiry this thread claimed (RUNNING, *@old the word before): runs its
+ * callback (@out NULL) or fills *@out, then ends it or sends it back for
+ * its next period.  Called inside the read-side section; a callback runs
+ * outside it.
+ */
+static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
+			  struct kairos_expiry *out, struct qtally *t)
+{
+	struct kairos *k = q->k;
+	struct shard *s = t->s;
+	bool periodic = old & ST_PERIODIC;
+	kairos_id id = shard_rec_id(s, r, old);
+	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
+	int status = 1;
+
+	if (periodic) {
+		struct rec_period *p = table_period(s, table_index(s, r));
+
+		/* The periods that passed while it waited join this call. */
+		period_advance(p, p->fire_ns, now);
+		deadline_ns = p->fire_ns;
+		status = p->fire_status;
+		t->runs++;
+	} else {
+		/* Only resets move it, and none can while it is RUNNING. */
+		deadline_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
+					    k->cfg.tick_ns);
+		t->fired++;
+	}
+	if (now < deadline_ns)
+		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
+	else
+		lat_record(&s->lat, now - deadline_ns);
+
+	if (out) {
+		out->id = id;
+		out->fn = r->fn;
+		out->arg = r->arg;
+		out->deadline_ns = deadline_ns;
+		out->status = status;
+	} else if (r->fn) {
+		struct kairos *was_service = tls_service;
+		kairos_id was_timer = tls_timer;
+
+		/* As on a worker: its own cancel_sync and kairos_destroy() say -EDEADLK. */
+		tls_service = k;
+		tls_timer = id;
+		rcu_read_unlock();
+		r->fn(r->arg, id, status);
+		rcu_read_lock();
+		tls_service = was_service;
+		tls_timer = was_timer;
+	}
+
+	if (periodic) {
+		worker_rearm(s, r);
+		return;
+	}
+	old = timer_done(r);
+	t->finished++;
+	queue_unref(q);
+	shard_end(s, r, old, &t->rb);
+}
+
+/*
+ * Runs (@out NULL) or takes up to @max expiries of @q.  Returns how many,
+ * or -ESHUTDOWN.
+ */
+static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max)
+{
+	struct kairos *k = q->k;
+	struct qtally t = { 0 };
+	unsigned n = 0;
+
+	rcu_read_lock();
+	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
+		rcu_read_unlock();
+		return -ESHUTDOWN;
+	}
+	/* seq_cst pairs with queue_teardown_wait(): it sees this, or this sees dead. */
+	atomic_fetch_add_explicit(&q->active, 1, memory_order_seq_cst);
+	/* Held while records are: a callback may destroy the queue. */
+	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+	while (n < max) {
+		struct rec *r, *last, *next;
+
+		mutex_lock(&q->lock);
+		r = list_take(q, &last);
+		mutex_unlock(&q->lock);
+		if (!r)
+			break;
+		for (; r; r = next) {
+			uint64_t old;
+
+			if (n == max) {
+				list_unshift(q, r, last);
+				break;
+			}
+			next = rec_chain_next(r);
+			if (next)
+				__builtin_prefetch(next, 1);
+			qtally_use(&t, rec_shard(k, r));
+			switch (timer_claim(r, &old, false)) {
+			case CLAIM_CANCELLED:
+				rbundle_add(k, t.s, &t.rb, r);
+				break;
+			case CLAIM_UNPARKED:
+				/* Never waits: only arms do. */
+				(void)shard_post(t.s, r, __atomic_load_n(&r->wt.deadline,
+									 __ATOMIC_RELAXED));
+				break;
+			case CLAIM_RUN:
+				expiry_finish(q, r, old, out ? &out[n] : NULL, &t);
+				n++;
+				break;
+			}
+		}
+	}
+	qtally_flush(&t);
+	atomic_fetch_sub_explicit(&q->active, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&k->dead, memory_order_seq_cst))
+		service_event(k);
+	rcu_read_unlock();
+	queue_unref(q);
+	return (int)n;
+}
+
+KAIROS_EXPORT int kairos_queue_create(struct kairos *k, struct kairos_queue **out)
+{
+	pthread_condattr_t ca;
+	struct kairos_queue *q;
+	int rc = 0, err;
+
+	if (!k)
+		return -EINVAL;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (!out)
+		return -EINVAL;
+	q = fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	memset(q, 0, sizeof(*q));
+	q->k = k;
+	atomic_init(&q->refs, 1);
+	q->efd = fault_hit() ? (errno = EMFILE, -1) : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (q->efd < 0) {
+		rc = -errno;
+		free(q);
+		return rc;
+	}
+	err = pthread_mutex_init(&q->lock, NULL);
+	if (!err)
+		err = pthread_condattr_init(&ca);
+	if (err)
+		kairos_die_err("pthread_mutex_init", err);	/* cannot fail with default attributes */
+	/* kairos_queue_take() waits against CLOCK_MONOTONIC. */
+	err = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (!err)
+		err = pthread_cond_init(&q->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (err)
+		kairos_die_err("pthread_cond_init", err);
+
+	mutex_lock(&k->q_lock);
+	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
+		rc = -ESHUTDOWN;
+		goto out;
+	}
+	rc = -ENOSPC;
+	for (unsigned d = 0; d < QUEUE_DIRS && rc == -ENOSPC; d++) {
+		qslot *blk = atomic_load_explicit(&k->qdir[d], memory_order_relaxed);
+
+		if (!blk) {
+			blk = fault_calloc(QUEUE_BLOCK, sizeof(*blk));
+			if (!blk) {
+				rc = -ENOMEM;
+				break;
+			}
+			atomic_store_explicit(&k->qdir[d], blk, memory_order_release);
+		}
+		/* Number 0 means "no queue" in a record. */
+		for (unsigned i = d ? 0 : 1; i < QUEUE_BLOCK; i++) {
+			if (!atomic_load_explicit(&blk[i], memory_order_relaxed)) {
+				q->no = d * QUEUE_BLOCK + i;
+				atomic_store_explicit(&blk[i], q, memory_order_release);
+				rc = 0;
+				break;
+			}
+		}
+	}
+out:
+	mutex_unlock(&k->q_lock);
+	if (rc) {
+		close(q->efd);
+		pthread_mutex_destroy(&q->lock);
+		pthread_cond_destroy(&q->cond);
+		free(q);
+		return rc;
+	}
+	*out = q;
+	return 0;
+}
+
+KAIROS_EXPORT int kairos_queue_destroy(struct kairos_queue *q)
+{
+	struct kairos *k;
+	struct rec *first, *last;
+	uint64_t n = 0;
+
+	if (!q)
+		return -EINVAL;
+	k = q->k;
+	mutex_lock(&k->q_lock);
+	mutex_lock(&q->lock);
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
+		mutex_unlock(&q->lock);
+		mutex_unlock(&k->q_lock);
+		return -EINVAL;
+	}
+	atomic_store_explicit(&q->closed, true, memory_order_relaxed);
+	first = list_take(q, &last);
+	pthread_cond_broadcast(&q->cond);
+	mutex_unlock(&q->lock);
+	/* After kairos_destroy() the list is empty: its teardown ended all. */
+	n = end_chain(k, first);
+	mutex_unlock(&k->q_lock);
+	close(q->efd);
+	queue_unref(q);
+	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+KAIROS_EXPORT int kairos_queue_fd(struct kairos_queue *q)
+{
+	if (!q)
+		return -EINVAL;
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed))
+		return -EINVAL;
+	return q->efd;
+}
+
+KAIROS_EXPORT int kairos_queue_run(struct kairos_queue *q, unsigned max)
+{
+	if (!q)
+		return -EINVAL;
+	if (atomic_load_explicit(&q->k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (!max)
+		return -EINVAL;
+	return drain(q, NULL, max > INT_MAX ? INT_MAX : max);
+}
+
+/* Waits until @q's list may hold records, @deadline (0: none) or the end. */
+static void take_wait(struct kairos_queue *q, uint64_t deadline)
+{
+	struct kairos *k = q->k;
+
+	mutex_lock(&q->lock);
+	while (!q->head && !atomic_load_explicit(&q->closed, memory_order_relaxed) &&
+	       !atomic_load_explicit(&k->dead, memory_order_acquire)) {
+		int err;
+
+		q->waiters++;
+		if (deadline) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(deadline / 1000000000u),
+				.tv_nsec = (long)(deadline % 1000000000u),
+			};
+
+			err = pthread_cond_timedwait(&q->cond, &q->lock, &ts);
+		} else {
+			err = pthread_cond_wait(&q->cond, &q->lock);
+		}
+		q->waiters--;
+		if (err == ETIMEDOUT)
+			break;
+		if (err)
+			kairos_die_err("pthread_cond_wait", err);
+	}
+	mutex_unlock(&q->lock);
+}
+
+KAIROS_EXPORT int kairos_queue_take(struct kairos_queue *q, struct kairos_expiry *out,
+				    unsigned max, int64_t timeout_ns)
+{
+	uint64_t deadline = 0;
+	int n;
+
+	if (!q)
+		return -EINVAL;
+	if (atomic_load_explicit(&q->k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (!out || !max)
+		return -EINVAL;
+	if (max > INT_MAX)
+		max = INT_MAX;
+	if (timeout_ns > 0 &&
+	    clock_add_overflows(clock_now_ns(CLOCK_MONOTONIC), (uint64_t)timeout_ns, &deadline))
+		deadline = 0;	/* centuries: the same as no limit */
+	for (;;) {
+		n = drain(q, out, max);
+		if (n || timeout_ns == 0)
+			return n;
+		if (deadline && clock_now_ns(CLOCK_MONOTONIC) >= deadline)
+			return 0;
+		if (atomic_load_explicit(&q->closed, memory_order_relaxed))
+			return -EINVAL;
+		take_wait(q, deadline);
+	}
+}
+
+/*
+ * kairos_destroy(), after every call that saw the service alive has left
+ * its read-side section: waits for the drainers still at work (outside a
+ * section while a callback runs), and wakes every waiting taker.
+ */
+void queue_teardown_wait(struct kairos *k)
+{
+	struct kairos_queue *held[64];
+
+	for (unsigned d = 0; d < QUEUE_DIRS; d++) {
+		for (unsigned base = 0; base < QUEUE_BLOCK; base += 64) {
+			unsigned nheld = 0;
+
+			/* A reference each, so no destroy frees them while this waits. */
+			mutex_lock(&k->q_lock);
+			qslot *blk = atomic_load_explicit(&k->qdir[d], memory_order_relaxed);
+
+			for (unsigned i = base; blk && i < base + 64; i++) {
+				struct kairos_queue *q = atomic_load_explicit(&blk[i],
+									      memory_order_relaxed);
+
+				if (q) {
+					atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+					held[nheld++] = q;
+				}
+			}
+			mutex_unlock(&k->q_lock);
+			for (unsigned i = 0; i < nheld; i++) {
+				struct kairos_queue *q = held[i];
+
+				mutex_lock(&q->lock);
+				pthread_cond_broadcast(&q->cond);
+				mutex_unlock(&q->lock);
+				for (;;) {
+					uint32_t seq = atomic_load_explicit(&k->ev_seq,
+									    memory_order_seq_cst);
+
+					if (!atomic_load_explicit(&q->active, memory_order_seq_cst))
+						break;
+					futex_wait32(&k->ev_seq, seq);
+				}
+				queue_unref(q);
+			}
+		}
+	}
+}
+
+/*
+ * kairos_destroy(), once the shards have stopped and drained: ends what
+ * every queue still holds (dropped or notified, as the shards' records),
+ * then lets go of the queue numbers.  The queues themselves stay until
+ * their kairos_queue_destroy().
+ */
+void queue_teardown_drain(struct kairos *k, int how, uint64_t *count)
+{
+	struct rec *all = NULL, *tail = NULL;
+
+	mutex_lock(&k->q_lock);
+	for (unsigned d = 0; d < QUEUE_DIRS; d++) {
+		qslot *blk = atomic_load_explicit(&k->qdir[d], memory_order_relaxed);
+
+		for (unsigned i = 0; blk && i < QUEUE_BLOCK; i++) {
+			struct kairos_queue *q = atomic_load_explicit(&blk[i], memory_order_relaxed);
+			struct rec *first, *last;
+
+			if (!q)
+				continue;
+			mutex_lock(&q->lock);
+			first = list_take(q, &last);
+			mutex_unlock(&q->lock);
+			if (first)
+				rec_chain_append(&all, &tail, first, last);
+		}
+	}
+	mutex_unlock(&k->q_lock);
+	/* Outside the lock: a notified callback may destroy its queue. */
+	for (struct rec *r = all, *next; r; r = next) {
+		next = rec_chain_next(r);
+		shard_drain_one(k, rec_shard(k, r), r, how, count);
+	}
+	mutex_lock(&k->q_lock);
+	atomic_store_explicit(&k->queues_gone, true, memory_order_release);
+	for (unsigned d = 0; d < QUEUE_DIRS; d++) {
+		free(atomic_load_explicit(&k->qdir[d], memory_order_relaxed));
+		atomic_store_explicit(&k->qdir[d], NULL, memory_order_relaxed);
+	}
+	mutex_unlock(&k->q_lock);
+}
