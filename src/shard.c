@@ -228,14 +228,31 @@ static void run_close(struct shard *s)
 	s->dlen = 0;
 }
 
-/* Hands this pass's expiries for the queue last seen to it. */
+/* Hands this pass's expiries for the queue last seen to it, and lets go of it. */
 static void queue_flush(struct shard *s)
 {
-	if (!s->qfirst)
-		return;
-	queue_append(s->qcur, s, s->qfirst, s->qlast);
+	if (s->qfirst)
+		queue_append(s->qcur, s, s->qfirst, s->qlast);
 	s->qfirst = s->qlast = NULL;
+	if (s->qcur)
+		queue_unref(s->qcur);
 	s->qcur = NULL;
+}
+
+/*
+ * Before a queue's record may fire, the shard holds its queue until the
+ * pass's chain for it is handed over: once fired, the record's own
+ * reference may go with a cancel, and with it a destroyed queue.
+ */
+static void queue_hold(struct shard *s, struct rec *r)
+{
+	struct kairos_queue *q = queue_get(s->k, r->wt.flags);
+
+	if (q == s->qcur)
+		return;
+	queue_flush(s);
+	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+	s->qcur = q;
 }
 
 /*
@@ -246,11 +263,7 @@ static void queue_flush(struct shard *s)
 static void deliver(struct shard *s, struct rec *r)
 {
 	if (r->wt.flags) {
-		struct kairos_queue *q = queue_get(s->k, r->wt.flags);
-
-		if (q != s->qcur)
-			queue_flush(s);
-		s->qcur = q;
+		/* s->qcur is its queue: expire_one() held it. */
 		rec_chain_append(&s->qfirst, &s->qlast, r, r);
 		return;
 	}
@@ -328,6 +341,8 @@ static void expire_one(struct shard *s, struct rec *r)
 			wheel_insert(&s->wheel, &r->wt);
 			return;
 		}
+		if (r->wt.flags)
+			queue_hold(s, r);
 		/* The version in @old makes this fail after any reset or cancel. */
 		if (timer_fire(r, &old)) {
 			if (old & ST_PERIODIC)
