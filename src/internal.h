@@ -202,6 +202,16 @@ static inline void rec_link_set(struct rec *r, struct rec *next)
 	__atomic_store_n(&r->inbox_next, next, __ATOMIC_RELAXED);
 }
 
+/*
+ * The number of @r's queue, 0 for none.  Relaxed atomics: a canceller of a
+ * record's last life may read it while the record's next arm writes it
+ * (the grace period between them orders the two, which TSan cannot see).
+ */
+static inline unsigned rec_queue_no(const struct rec *r)
+{
+	return __atomic_load_n(&r->wt.flags, __ATOMIC_RELAXED);
+}
+
 /* The record after @r on a chain through wt.link.next (its first member). */
 static inline struct rec *rec_chain_next(struct rec *r)
 {

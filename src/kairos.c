@@ -436,7 +436,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	/* Whole ticks only, rounded down: the window is never exceeded. */
 	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
 							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
-	r->wt.flags = q ? (uint16_t)q->no : 0;
+	__atomic_store_n(&r->wt.flags, q ? (uint16_t)q->no : 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (period_ns) {
 		struct rec_period *p = table_period(s, index);
@@ -599,8 +599,8 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (k->cfg.max_timers)
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 	/* Ended: its queue may go (the record's number stays valid meanwhile). */
-	if (r->wt.flags)
-		queue_unref(queue_get(k, r->wt.flags));
+	if (rec_queue_no(r))
+		queue_unref(queue_get(k, rec_queue_no(r)));
 	/*
 	 * The shard unlinks it at its next pass, or after a batch of posts.  A
 	 * cancel never waits for a shard that is behind: it adds no record.

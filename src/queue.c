@@ -123,7 +123,7 @@ static uint64_t end_chain(struct kairos *k, struct rec *first)
 		}
 		old = timer_done(r);
 		atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
-		queue_unref(queue_get(k, r->wt.flags));
+		queue_unref(queue_get(k, rec_queue_no(r)));
 		shard_end(s, r, old, NULL);
 		n++;
 	}

@@ -246,7 +246,7 @@ static void queue_flush(struct shard *s)
  */
 static void queue_hold(struct shard *s, struct rec *r)
 {
-	struct kairos_queue *q = queue_get(s->k, r->wt.flags);
+	struct kairos_queue *q = queue_get(s->k, rec_queue_no(r));
 
 	if (q == s->qcur)
 		return;
@@ -262,7 +262,7 @@ static void queue_hold(struct shard *s, struct rec *r)
  */
 static void deliver(struct shard *s, struct rec *r)
 {
-	if (r->wt.flags) {
+	if (rec_queue_no(r)) {
 		/* s->qcur is its queue: expire_one() held it. */
 		rec_chain_append(&s->qfirst, &s->qlast, r, r);
 		return;
@@ -341,7 +341,7 @@ static void expire_one(struct shard *s, struct rec *r)
 			wheel_insert(&s->wheel, &r->wt);
 			return;
 		}
-		if (r->wt.flags)
+		if (rec_queue_no(r))
 			queue_hold(s, r);
 		/* The version in @old makes this fail after any reset or cancel. */
 		if (timer_fire(r, &old)) {
@@ -634,8 +634,8 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
 	/* A queue's timer may have no callback (kairos_queue_take() only). */
 	if (how == KAIROS_DRAIN_NOTIFY && r->fn)
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
-	if (r->wt.flags)
-		queue_unref(queue_get(k, r->wt.flags));
+	if (rec_queue_no(r))
+		queue_unref(queue_get(k, rec_queue_no(r)));
 	shard_end(s, r, old, NULL);
 }
 

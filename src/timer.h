@@ -177,7 +177,7 @@ static inline int timer_reset_take(struct rec *r, uint32_t gen, uint64_t *old, b
 			continue;
 		}
 		*parked = st_of(*old) == ST_PARKED ||
-			  (st_of(*old) == ST_FIRING && r->wt.flags && !(*old & ST_PERIODIC));
+			  (st_of(*old) == ST_FIRING && rec_queue_no(r) && !(*old & ST_PERIODIC));
 		if (st_of(*old) != ST_PENDING && !*parked)
 			return (*old & ST_PERIODIC) &&
 			       (st_of(*old) == ST_FIRING || st_of(*old) == ST_RUNNING)

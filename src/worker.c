@@ -103,8 +103,8 @@ void worker_rearm(struct shard *s, struct rec *r)
 	if (!timer_rearm(r, tick, &old)) {
 		/* Cancelled while running: it ends here, counted as cancelled. */
 		atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
-		if (r->wt.flags)
-			queue_unref(queue_get(s->k, r->wt.flags));
+		if (rec_queue_no(r))
+			queue_unref(queue_get(s->k, rec_queue_no(r)));
 		shard_end(s, r, old, NULL);
 		return;
 	}
