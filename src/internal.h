@@ -352,7 +352,7 @@ typedef _Atomic(struct kairos_queue *) qslot;
 struct kairos_queue *queue_get(struct kairos *k, unsigned no);
 void queue_unref(struct kairos_queue *q);
 /* A shard's expiries for one queue, collected over a pass (shard.c). */
-void queue_append(struct kairos_queue *q, struct shard *s, struct rec *first, struct rec *last);
+void queue_append(struct kairos_queue *q, struct rec *first, struct rec *last);
 void queue_teardown_wait(struct kairos *k);
 void queue_teardown_drain(struct kairos *k, int how, uint64_t *count);
 
@@ -509,6 +509,9 @@ static inline struct shard *rec_shard(struct kairos *k, const struct rec *r)
 
 /* Wakes every thread sleeping on @k's event count. */
 void service_event(struct kairos *k);
+/* Enters a call: 0 inside a read-side section, or -ESHUTDOWN outside one (kairos.c). */
+int service_enter(struct kairos *k);
+void service_leave(void);
 
 /* The service and timer whose callback this thread is running, if any. */
 extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
@@ -621,6 +624,8 @@ void worker_stop(struct shard *s);
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w);
 void worker_tally_flush(struct shard *s, struct wtally *w);
 void worker_rearm(struct shard *s, struct rec *r);
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
+		      bool coalesce, int *status);
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
 
 /* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */

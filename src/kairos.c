@@ -341,8 +341,11 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	return drained > INT32_MAX ? INT32_MAX : (int)drained;
 }
 
-/* Enters a call: 0 inside a read-side section, or -ESHUTDOWN outside one. */
-static int enter(struct kairos *k)
+/*
+ * Enters a call: 0 inside a read-side section, or -ESHUTDOWN outside one.
+ * Inlined into every call here; queue.c calls the external copy.
+ */
+__attribute__((always_inline)) inline int service_enter(struct kairos *k)
 {
 	rcu_read_lock();
 	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
@@ -352,7 +355,7 @@ static int enter(struct kairos *k)
 	return 0;
 }
 
-static void leave(void)
+__attribute__((always_inline)) inline void service_leave(void)
 {
 	rcu_read_unlock();
 }
@@ -396,11 +399,11 @@ static void arm_backoff(struct kairos *k, unsigned index)
 		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
 		bool behind;
 
-		if (enter(k))
+		if (service_enter(k))
 			break;
 		behind = atomic_load_explicit(&k->shards[index]->inbox_posts,
 					      memory_order_seq_cst) >= SHARD_POST_LIMIT;
-		leave();
+		service_leave();
 		now = clock_now_ns(CLOCK_MONOTONIC);
 		if (!behind || now >= deadline ||
 		    !futex_wait32_for(&k->ev_seq, seq, deadline - now))
@@ -489,7 +492,7 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		return -EINVAL;
 	/* The thread's state is joined outside the section (it may lock). */
 	t = atomic_load_explicit(&k->dead, memory_order_relaxed) ? NULL : ts_for(k);
-	rc = enter(k);
+	rc = service_enter(k);
 	if (rc)
 		return rc;
 	if (q ? q->k != k || atomic_load_explicit(&q->closed, memory_order_relaxed) : !fn) {
@@ -501,7 +504,7 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 	} else {
 		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, &behind);
 	}
-	leave();
+	service_leave();
 	if (behind)
 		arm_backoff(k, behind - 1);
 	return rc;
@@ -617,9 +620,9 @@ static int enter_id(struct kairos *k, kairos_id id)
 
 	if (!k)
 		return -EINVAL;
-	rc = enter(k);
+	rc = service_enter(k);
 	if (!rc && !id) {
-		leave();
+		service_leave();
 		rc = -EINVAL;
 	}
 	return rc;
@@ -636,7 +639,7 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	if (rc)
 		return rc;
 	rc = cancel(k, id, &seen);
-	leave();
+	service_leave();
 	return rc;
 }
 
@@ -682,7 +685,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	rc = cancel(k, id, &seen);
 	if (rc != -EBUSY || tls_timer == id) {
 		/* From its own callback waiting would never end; later runs are stopped. */
-		leave();
+		service_leave();
 		return rc == -EBUSY ? -EDEADLK : rc;
 	}
 	for (;;) {
@@ -691,9 +694,9 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 
 		if (!still_running(k, id, &seen))
 			break;
-		leave();
+		service_leave();
 		futex_wait32(&k->ev_seq, seq);
-		if (enter(k)) {
+		if (service_enter(k)) {
 			/* Destroy has begun: it returns once no callback runs. */
 			wait_destroyed(k);
 			return -EBUSY;
@@ -709,7 +712,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 		if (cancel(k, id, &ignored) == -EBUSY)
 			kairos_die("callback restarted under cancel_sync");
 	}
-	leave();
+	service_leave();
 	return -EBUSY;
 }
 
@@ -769,7 +772,7 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 		rc = -EOVERFLOW;
 	else
 		rc = reset(k, id, deadline_ns);
-	leave();
+	service_leave();
 	return rc;
 }
 
@@ -781,7 +784,7 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
 	if (rc)
 		return rc;
 	rc = reset(k, id, deadline_ns);
-	leave();
+	service_leave();
 	return rc;
 }
 
@@ -810,7 +813,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 
 	if (!k)
 		return -EINVAL;
-	rc = enter(k);
+	rc = service_enter(k);
 	if (rc)
 		return rc;
 	if ((!ids && n) || n > INT_MAX) {
@@ -836,7 +839,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 	}
 	rc = moved;
 out:
-	leave();
+	service_leave();
 	return rc;
 }
 
@@ -913,7 +916,7 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 
 	if (!k)
 		return -EINVAL;
-	rc = enter(k);
+	rc = service_enter(k);
 	if (rc) {
 		/* After kairos_destroy() returned: its final counters. */
 		if (!atomic_load_explicit(&k->final_valid, memory_order_acquire))
@@ -924,20 +927,20 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 		return 0;
 	}
 	if (!out) {
-		leave();
+		service_leave();
 		return -EINVAL;
 	}
-	leave();
+	service_leave();
 	/*
 	 * thr_lock first, then the section: the lock is never taken inside
 	 * one.  Destroy cannot pass its synchronize_rcu() while this section
 	 * runs, and the lock keeps the thread list still.
 	 */
 	ts_lock(k);
-	rc = enter(k);
+	rc = service_enter(k);
 	if (!rc) {
 		stats_collect(k, out);
-		leave();
+		service_leave();
 	}
 	ts_unlock(k);
 	if (rc)
@@ -953,11 +956,11 @@ KAIROS_EXPORT int kairos_backend_info(struct kairos *k, unsigned shard, const ch
 
 	if (!k)
 		return -EINVAL;
-	rc = enter(k);
+	rc = service_enter(k);
 	if (rc)
 		return rc;
 	if (shard >= k->nshards) {
-		leave();
+		service_leave();
 		return -EINVAL;
 	}
 	/* Acquire pairs with backend.c's release of the report. */
@@ -966,6 +969,6 @@ KAIROS_EXPORT int kairos_backend_info(struct kairos *k, unsigned shard, const ch
 		*name = rep->name;
 	if (why)
 		*why = rep->why;
-	leave();
+	service_leave();
 	return 0;
 }

@@ -131,58 +131,47 @@ static uint64_t end_chain(struct kairos *k, struct rec *first)
 }
 
 /*
- * queue_append - shard @s hands its expiries @first..@last (chained through
- * wt.link.next) to @q.  A destroyed queue's are ended at once.
+ * Puts @first..@last (chained through wt.link.next) on @q's list: at the
+ * back (a shard's new expiries) or the front (what a drainer took and did
+ * not get to).  A destroyed queue's are ended at once, unrun.
  */
-void queue_append(struct kairos_queue *q, struct shard *s, struct rec *first, struct rec *last)
+static void list_put(struct kairos_queue *q, struct rec *first, struct rec *last, bool front)
 {
-	(void)s;
 	mutex_lock(&q->lock);
 	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
 		mutex_unlock(&q->lock);
 		(void)end_chain(q->k, first);
 		return;
 	}
-	last->wt.link.next = NULL;
-	if (q->tail)
-		q->tail->wt.link.next = &first->wt.link;
-	else
+	if (front) {
+		last->wt.link.next = q->head ? &q->head->wt.link : NULL;
 		q->head = first;
-	q->tail = last;
+		if (!q->tail)
+			q->tail = last;
+	} else {
+		rec_chain_append(&q->head, &q->tail, first, last);
+	}
 	signal_set(q);
 	if (q->waiters)
 		pthread_cond_broadcast(&q->cond);
 	mutex_unlock(&q->lock);
 }
 
-/* Puts @first..@last, which a drainer took and did not get to, back in front. */
-static void list_unshift(struct kairos_queue *q, struct rec *first, struct rec *last)
+/* A shard hands its expiries for @q, collected over a pass. */
+void queue_append(struct kairos_queue *q, struct rec *first, struct rec *last)
 {
-	mutex_lock(&q->lock);
-	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
-		/* Destroyed from one of its own callbacks: what is left ends. */
-		mutex_unlock(&q->lock);
-		(void)end_chain(q->k, first);
-		return;
-	}
-	last->wt.link.next = q->head ? &q->head->wt.link : NULL;
-	q->head = first;
-	if (!q->tail)
-		q->tail = last;
-	signal_set(q);
-	if (q->waiters)
-		pthread_cond_broadcast(&q->cond);
-	mutex_unlock(&q->lock);
+	list_put(q, first, last, false);
 }
 
 /*
  * What one drain ends, counted and retired per shard in a row, not per
- * record: the shard's counters are lines its own threads write too.
+ * record: the shard's counters are lines its own threads write too.  The
+ * ends and retires are a worker's tally (struct wtally).
  */
 struct qtally {
 	struct shard *s;
-	uint64_t fired, finished, runs;
-	struct rbundle rb;
+	uint64_t fired, runs;
+	struct wtally w;
 };
 
 static void qtally_flush(struct qtally *t)
@@ -195,11 +184,8 @@ static void qtally_flush(struct qtally *t)
 		atomic_fetch_add_explicit(&s->stats.fired, t->fired, memory_order_relaxed);
 	if (t->runs)
 		atomic_fetch_add_explicit(&s->stats.periodic_runs, t->runs, memory_order_relaxed);
-	if (t->finished)
-		/* Release: kairos_stats() that counts them sees their arms counted. */
-		atomic_fetch_add_explicit(&s->stats.finished, t->finished, memory_order_release);
-	rbundle_flush(s->k, s, &t->rb);
-	t->fired = t->finished = t->runs = 0;
+	t->fired = t->runs = 0;
+	worker_tally_flush(s, &t->w);
 }
 
 static void qtally_use(struct qtally *t, struct shard *s)
@@ -223,27 +209,14 @@ static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
 	struct shard *s = t->s;
 	bool periodic = old & ST_PERIODIC;
 	kairos_id id = shard_rec_id(s, r, old);
-	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
-	int status = 1;
+	int status;
+	/* The periods that passed while a periodic entry waited join this call. */
+	uint64_t deadline_ns = expiry_begin(k, s, r, periodic, true, &status);
 
-	if (periodic) {
-		struct rec_period *p = table_period(s, table_index(s, r));
-
-		/* The periods that passed while it waited join this call. */
-		period_advance(p, p->fire_ns, now);
-		deadline_ns = p->fire_ns;
-		status = p->fire_status;
+	if (periodic)
 		t->runs++;
-	} else {
-		/* Only resets move it, and none can while it is RUNNING. */
-		deadline_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
-					    k->cfg.tick_ns);
-		t->fired++;
-	}
-	if (now < deadline_ns)
-		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
 	else
-		lat_record(&s->lat, now - deadline_ns);
+		t->fired++;
 
 	if (out) {
 		out->id = id;
@@ -270,9 +243,9 @@ static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
 		return;
 	}
 	old = timer_done(r);
-	t->finished++;
+	t->w.finished++;
 	queue_unref(q);
-	shard_end(s, r, old, &t->rb);
+	shard_end(s, r, old, &t->w.rb);
 }
 
 /*
@@ -285,11 +258,8 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 	struct qtally t = { 0 };
 	unsigned n = 0;
 
-	rcu_read_lock();
-	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
-		rcu_read_unlock();
+	if (service_enter(k))
 		return -ESHUTDOWN;
-	}
 	/* seq_cst pairs with queue_teardown_wait(): it sees this, or this sees dead. */
 	atomic_fetch_add_explicit(&q->active, 1, memory_order_seq_cst);
 	/* Held while records are: a callback may destroy the queue. */
@@ -306,7 +276,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 			uint64_t old;
 
 			if (n == max) {
-				list_unshift(q, r, last);
+				list_put(q, r, last, true);
 				break;
 			}
 			next = rec_chain_next(r);
@@ -315,7 +285,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 			qtally_use(&t, rec_shard(k, r));
 			switch (timer_claim(r, &old, false)) {
 			case CLAIM_CANCELLED:
-				rbundle_add(k, t.s, &t.rb, r);
+				rbundle_add(k, t.s, &t.w.rb, r);
 				break;
 			case CLAIM_UNPARKED:
 				/* Never waits: only arms do. */
@@ -333,7 +303,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 	atomic_fetch_sub_explicit(&q->active, 1, memory_order_seq_cst);
 	if (atomic_load_explicit(&k->dead, memory_order_seq_cst))
 		service_event(k);
-	rcu_read_unlock();
+	service_leave();
 	queue_unref(q);
 	return (int)n;
 }

@@ -232,7 +232,7 @@ static void run_close(struct shard *s)
 static void queue_flush(struct shard *s)
 {
 	if (s->qfirst)
-		queue_append(s->qcur, s, s->qfirst, s->qlast);
+		queue_append(s->qcur, s->qfirst, s->qlast);
 	s->qfirst = s->qlast = NULL;
 	if (s->qcur)
 		queue_unref(s->qcur);

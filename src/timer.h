@@ -239,35 +239,17 @@ static inline bool timer_fire(struct rec *r, uint64_t *old)
 						       memory_order_acq_rel, memory_order_acquire);
 }
 
-/*
- * FIRING -> RUNNING, by the worker that delivers @r.  Returns false when a
- * cancel came first (the worker retires it); *@old is the word replaced.
- */
-static inline bool timer_run(struct rec *r, uint64_t *old)
-{
-	*old = atomic_load_explicit(&r->state, memory_order_acquire);
-	do {
-		if (st_of(*old) == ST_CANCELLED)
-			return false;
-		if (st_of(*old) != ST_FIRING)
-			kairos_die("delivered record in an impossible state");
-		/* Acquire: the callback sees everything done before the arm. */
-	} while (!atomic_compare_exchange_weak_explicit(&r->state, old, st_with(*old, ST_RUNNING),
-							 memory_order_acquire,
-							 memory_order_acquire));
-	return true;
-}
-
-/* What a queue's drainer did with a record from the list (timer_claim()). */
+/* What a worker or a queue's drainer did with a delivered record (timer_claim()). */
 enum claim { CLAIM_RUN, CLAIM_CANCELLED, CLAIM_UNPARKED };
 
 /*
- * timer_claim - a queue's drainer meets record @r on the list: FIRING ->
- * RUNNING (CLAIM_RUN: run or take it), PARKED -> PENDING | QUEUED
- * (CLAIM_UNPARKED: the caller posts it to its shard), or nothing
- * (CLAIM_CANCELLED: a cancel ended it; the caller retires it).  With
- * @ending (the queue is going away) PARKED -> RUNNING too, so that the
- * caller ends it.  Waits out a resetter.  *@old is the word replaced.
+ * timer_claim - a worker or a queue's drainer meets delivered record @r:
+ * FIRING -> RUNNING (CLAIM_RUN: run or take it), PARKED -> PENDING | QUEUED
+ * (CLAIM_UNPARKED, queues only: the caller posts it to its shard), or
+ * nothing (CLAIM_CANCELLED: a cancel ended it; the caller retires it).
+ * With @ending (the queue is going away) PARKED -> RUNNING too, so that the
+ * caller ends it.  Waits out a resetter (queues only: a reset takes no
+ * other FIRING record).  *@old is the word replaced.
  */
 static inline enum claim timer_claim(struct rec *r, uint64_t *old, bool ending)
 {
@@ -291,7 +273,7 @@ static inline enum claim timer_claim(struct rec *r, uint64_t *old, bool ending)
 			want = ending ? st_with(*old, ST_RUNNING) : st_with(*old, ST_PENDING) | ST_QUEUED;
 			break;
 		default:
-			kairos_die("queued record in an impossible state");
+			kairos_die("delivered record in an impossible state");
 		}
 		/* Acquire: the callback sees everything done before the arm. */
 		if (atomic_compare_exchange_weak_explicit(&r->state, old, want,

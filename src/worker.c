@@ -115,38 +115,60 @@ void worker_rearm(struct shard *s, struct rec *r)
 }
 
 /*
+ * expiry_begin - the deadline and status of the expiry that record @r,
+ * just claimed (RUNNING), delivers, with its lateness recorded against now.
+ * @coalesce: a queue's periodic entry that waited there; the periods since
+ * join this call.
+ */
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
+		      bool coalesce, int *status)
+{
+	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
+
+	if (periodic) {
+		struct rec_period *p = table_period(s, table_index(s, r));
+
+		if (coalesce)
+			period_advance(p, p->fire_ns, now);
+		deadline_ns = p->fire_ns;
+		*status = p->fire_status;
+	} else {
+		/* Only resets move it, and none can while it is RUNNING. */
+		deadline_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
+					    k->cfg.tick_ns);
+		*status = 1;
+	}
+	if (now < deadline_ns)
+		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
+	else
+		lat_record(&s->lat, now - deadline_ns);
+	return deadline_ns;
+}
+
+/*
  * worker_deliver - runs one expired record's callback, unless a cancel got
  * there first.  Runs on a worker, or on the shard thread for inline delivery.
  */
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w)
 {
-	uint64_t old, now, deadline_ns;
-	int status = 1;
+	uint64_t old;
+	int status;
 	bool periodic;
 	kairos_id id;
 
-	if (!timer_run(r, &old)) {
+	switch (timer_claim(r, &old, false)) {
+	case CLAIM_CANCELLED:
 		/* Cancelled after it expired: the canceller counted it. */
 		rbundle_add(k, s, &w->rb, r);
 		return;
+	case CLAIM_UNPARKED:
+		kairos_die("a worker's record was parked");	/* only queues park */
+	case CLAIM_RUN:
+		break;
 	}
 	periodic = old & ST_PERIODIC;
 	id = shard_rec_id(s, r, old);
-	if (periodic) {
-		const struct rec_period *p = table_period(s, table_index(s, r));
-
-		deadline_ns = p->fire_ns;
-		status = p->fire_status;
-	} else {
-		/* Only resets move it, and none can while it is FIRING. */
-		deadline_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
-					    k->cfg.tick_ns);
-	}
-	now = clock_now_ns(k->cfg.clock);
-	if (now < deadline_ns)
-		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
-	else
-		lat_record(&s->lat, now - deadline_ns);
+	(void)expiry_begin(k, s, r, periodic, false, &status);
 	if (periodic)
 		atomic_fetch_add_explicit(&s->stats.periodic_runs, 1, memory_order_relaxed);
 	else
