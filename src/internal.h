@@ -331,6 +331,7 @@ void backend_fallback(struct shard *s, int err);
 struct kairos_queue {
 	struct kairos *k;
 	unsigned no;			/* in its records' wt.flags */
+	unsigned shard;			/* its timers' shard: (no - 1) % shards */
 	int efd;			/* readable while the list is not empty */
 	pthread_mutex_t lock;		/* the list, the flags, the waiters */
 	pthread_cond_t cond;		/* kairos_queue_take() waits here */
@@ -459,6 +460,13 @@ struct kairos {
 	const char *backend_why;
 	_Atomic uint64_t total_pending;	/* kept only when cfg.max_timers is set */
 	/*
+	 * The workers start with the first timer that needs them (kairos.c:
+	 * staff()); a service whose timers all go to queues never has any.
+	 * Set under staff_lock, read on every arm without a queue.
+	 */
+	_Atomic bool staffed;
+	pthread_mutex_t staff_lock;
+	/*
 	 * The calling threads' state (thread.c): those on the list, and the
 	 * counts of those that left or could not join.  Under thr_lock.
 	 */
@@ -538,6 +546,7 @@ extern __thread struct tstate tls_ts __attribute__((tls_model("initial-exec"))) 
 
 struct tstate *ts_attach(struct kairos *k);
 struct shard *ts_pick(struct kairos *k);
+void ts_move(struct kairos *k, struct tstate *t, struct shard *s);
 void ts_detach_all(struct kairos *k);
 void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled);
 void ts_lock(struct kairos *k);

@@ -177,14 +177,15 @@ static void pin(pthread_t t, unsigned cpu)
 static void stats_collect(struct kairos *k, struct kairos_stats *out);
 
 /*
- * Makes @k's shards, reclaimer, shard threads and workers, in that order.
- * Each step undoes its own partial work when it fails, and this ladder
- * undoes the steps before it, so a failure leaves no fd, thread or memory.
- * No timer exists yet: nothing needs draining on the way down.
+ * Makes @k's shards, reclaimer and shard threads, in that order.  Each step
+ * undoes its own partial work when it fails, and this ladder undoes the
+ * steps before it, so a failure leaves no fd, thread or memory.  No timer
+ * exists yet: nothing needs draining on the way down.  The workers come
+ * later, with the first timer that needs them (staff()).
  */
 static int start(struct kairos *k)
 {
-	unsigned made = 0, started = 0, staffed = 0, n = k->nshards;
+	unsigned made = 0, started = 0, n = k->nshards;
 	int rc = 0;
 
 	for (; made < n; made++) {
@@ -200,15 +201,7 @@ static int start(struct kairos *k)
 		if (rc)
 			goto undo_started;
 	}
-	for (; staffed < n; staffed++) {
-		rc = worker_start(k, k->shards[staffed]);
-		if (rc)
-			goto undo_staffed;
-	}
 	return 0;
-undo_staffed:
-	while (staffed--)
-		worker_stop(k->shards[staffed]);
 undo_started:
 	while (started--)
 		shard_stop(k->shards[started]);
@@ -219,6 +212,55 @@ undo_made:
 	return rc;
 }
 
+/*
+ * staff_slow - starts every shard's workers, once: the first arm of a timer
+ * delivered to workers comes here, outside any read-side section (thread
+ * creation may sleep).  A failure stops the workers it started and returns
+ * the errno, so that arm fails with nothing left behind and the next one
+ * tries again.  Under staff_lock, a service not yet dead is not yet past
+ * the teardown's worker_stop(), which takes the lock too.
+ */
+static int staff_slow(struct kairos *k)
+{
+	unsigned staffed = 0;
+	int rc = 0;
+
+	/* A child of fork() must not take a lock a parent thread may have held. */
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	mutex_lock(&k->staff_lock);
+	if (atomic_load_explicit(&k->staffed, memory_order_relaxed))
+		goto out;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire)) {
+		rc = -ESHUTDOWN;
+		goto out;
+	}
+	for (; staffed < k->nshards; staffed++) {
+		rc = worker_start(k, k->shards[staffed]);
+		if (rc) {
+			while (staffed--)
+				worker_stop(k->shards[staffed]);
+			goto out;
+		}
+		if (k->cfg.pin_cpus)
+			for (unsigned w = 0; w < k->shards[staffed]->nworkers; w++)
+				pin(k->shards[staffed]->workers[w], staffed);
+	}
+	atomic_store_explicit(&k->staffed, true, memory_order_release);
+out:
+	mutex_unlock(&k->staff_lock);
+	return rc;
+}
+
+/* Makes sure @k's workers run before a timer for them is armed. */
+static inline int staff(struct kairos *k)
+{
+	if (__builtin_expect(atomic_load_explicit(&k->staffed, memory_order_acquire), 1) ||
+	    k->cfg.delivery == KAIROS_DELIVER_INLINE)
+		return 0;
+	return staff_slow(k);
+}
+
 /* Stops everything start() made; drains pending timers per @how. */
 static uint64_t teardown(struct kairos *k, int how)
 {
@@ -227,8 +269,11 @@ static uint64_t teardown(struct kairos *k, int how)
 	/* Queue drainers first: they hold records and post to shards. */
 	queue_teardown_wait(k);
 	/* Workers next: a periodic timer they re-arm lands in a live shard. */
+	mutex_lock(&k->staff_lock);
 	for (unsigned i = 0; i < k->nshards; i++)
 		worker_stop(k->shards[i]);
+	atomic_store_explicit(&k->staffed, false, memory_order_relaxed);
+	mutex_unlock(&k->staff_lock);
 	for (unsigned i = 0; i < k->nshards; i++)
 		shard_stop(k->shards[i]);
 	for (unsigned i = 0; i < k->nshards; i++)
@@ -263,6 +308,8 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	rc = pthread_mutex_init(&k->thr_lock, NULL);
 	if (!rc)
 		rc = pthread_mutex_init(&k->q_lock, NULL);
+	if (!rc)
+		rc = pthread_mutex_init(&k->staff_lock, NULL);
 	if (rc)
 		kairos_die_err("pthread_mutex_init", rc);	/* cannot fail with default attributes */
 	if (cfg)
@@ -287,15 +334,9 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	rc = start(k);
 	if (rc)
 		goto fail;
-	if (k->cfg.pin_cpus) {
-		for (unsigned i = 0; i < k->nshards; i++) {
-			struct shard *s = k->shards[i];
-
-			pin(s->thread, i);
-			for (unsigned w = 0; w < s->nworkers; w++)
-				pin(s->workers[w], i);
-		}
-	}
+	if (k->cfg.pin_cpus)
+		for (unsigned i = 0; i < k->nshards; i++)
+			pin(k->shards[i]->thread, i);
 	svc_lock_take();
 	list_add(&live_list, k);
 	svc_lock_drop();
@@ -304,6 +345,7 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 fail:
 	pthread_mutex_destroy(&k->thr_lock);
 	pthread_mutex_destroy(&k->q_lock);
+	pthread_mutex_destroy(&k->staff_lock);
 	free(k->shards);
 	free(k);
 	return rc;
@@ -426,7 +468,18 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 
 	if (!reserve(k))
 		return -EAGAIN;
-	s = t ? t->s : ts_pick(k);
+	if (q) {
+		s = k->shards[q->shard];
+		/*
+		 * A thread arms on the shard of the queue it arms for: a loop
+		 * thread's timers, its queue and its free records stay on one
+		 * shard.  Moving hands the records it holds back (once per move).
+		 */
+		if (t && t->s != s)
+			ts_move(k, t, s);
+	} else {
+		s = t ? t->s : ts_pick(k);
+	}
 	rc = table_alloc(k, s, t, &r, &index);
 	if (rc) {
 		if (k->cfg.max_timers)
@@ -492,6 +545,9 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		return -EINVAL;
 	/* The thread's state is joined outside the section (it may lock). */
 	t = atomic_load_explicit(&k->dead, memory_order_relaxed) ? NULL : ts_for(k);
+	/* So are the workers, for the first timer that needs them. */
+	if (!q && fn && (rc = staff(k)) != 0)
+		return rc;
 	rc = service_enter(k);
 	if (rc)
 		return rc;

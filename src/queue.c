@@ -366,6 +366,8 @@ KAIROS_EXPORT int kairos_queue_create(struct kairos *k, struct kairos_queue **ou
 		for (unsigned i = d ? 0 : 1; i < QUEUE_BLOCK; i++) {
 			if (!atomic_load_explicit(&blk[i], memory_order_relaxed)) {
 				q->no = d * QUEUE_BLOCK + i;
+				/* The lowest free number: a queue takes a gone one's shard. */
+				q->shard = (q->no - 1) % k->nshards;
 				atomic_store_explicit(&blk[i], q, memory_order_release);
 				rc = 0;
 				break;
@@ -411,6 +413,15 @@ KAIROS_EXPORT int kairos_queue_destroy(struct kairos_queue *q)
 	close(q->efd);
 	queue_unref(q);
 	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+KAIROS_EXPORT int kairos_queue_shard(const struct kairos_queue *q)
+{
+	if (!q)
+		return -EINVAL;
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed))
+		return -EINVAL;
+	return (int)q->shard;
 }
 
 KAIROS_EXPORT int kairos_queue_fd(struct kairos_queue *q)

@@ -158,6 +158,19 @@ struct tstate *ts_attach(struct kairos *k)
 }
 
 /*
+ * ts_move - @t arms on @s from now on; the free records it holds, of its
+ * old shard, go back through the reclaimer.  Only the thread itself calls
+ * this (inside its read-side section): @t's shard and records are its own.
+ */
+void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
+{
+	if (t->free)
+		table_give_back(k, t->s, t->free);
+	t->free = NULL;
+	t->s = s;
+}
+
+/*
  * ts_detach_all - kairos_destroy(), once no call can be running on @k:
  * folds every thread's counts into the base and takes the threads off the
  * list.  Their free records are left to be unmapped with the shards; each

@@ -221,6 +221,8 @@ int worker_start(struct kairos *k, struct shard *s)
 
 	if (k->cfg.delivery == KAIROS_DELIVER_INLINE)
 		return 0;
+	/* A start that failed before stopped what it had started. */
+	s->dq.stop = false;
 	s->workers = fault_calloc(k->cfg.workers, sizeof(*s->workers));
 	if (!s->workers)
 		return -ENOMEM;

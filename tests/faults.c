@@ -203,6 +203,63 @@ START_TEST(test_faults_running_allocations)
 }
 END_TEST
 
+/*
+ * The workers start with the first timer armed for them: each step of that
+ * (2 shards x (thread array, 2 threads)) is made to fail in turn; the arm
+ * returns the errno with no thread or memory left, and a later arm starts
+ * them.  Each step fails twice and the second is measured: a thread that
+ * exits leaves its stack, and the thread-local block libc allocates with
+ * it, in libc's cache for the next thread, so the heap after the first
+ * depends on what that cache held (the ASan run's leak check covers both).
+ */
+START_TEST(test_faults_workers_start_at_first_arm)
+{
+	struct kairos_config c;
+	struct kairos_timer_opts o = { 0 };
+	struct kairos *k = NULL;
+	struct t_timer tm;
+	kairos_id id;
+	long step;
+	int rc = 0;
+
+	kairos_config_default(&c);
+	c.shards = 2;
+	c.workers = 2;
+	ck_assert_int_eq(kairos_create(&c, &k), 0);
+	/* A queue timer first: it maps its shard's records, and starts no worker. */
+	ck_assert_int_eq(kairos_queue_create(k, &o.queue), 0);
+	t_timer_init(&tm, &tt, 0, 0);
+	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb, &tm, &id), 0);
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	for (step = 1; step < 100; step++) {
+		for (int again = 0; again < 2; again++) {
+			struct f_base base = f_base_now();
+			long left;
+
+			atomic_store(&fault_countdown, step);
+			rc = kairos_arm(k, T_SEC, t_cb, &tm, &id);
+			left = atomic_exchange(&fault_countdown, 0);
+			if (rc == 0) {
+				ck_assert_int_gt(left, 0);
+				break;
+			}
+			ck_assert_msg(rc == -ENOMEM || rc == -EAGAIN, "step %ld: unexpected %d",
+				      step, rc);
+			if (!again)
+				base.heap = f_heap();
+			f_assert_nothing_left(&base, "workers", step, rc);
+		}
+		if (rc == 0)
+			break;
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	ck_assert_int_eq(step - 1, 6);
+	ck_assert_int_eq(kairos_queue_destroy(o.queue), 0);
+	f_exercise(k, 4);
+}
+END_TEST
+
 /* Open fds: the highest open descriptor + 1, the lowest limit that leaves none spare. */
 static rlim_t f_fd_floor(void)
 {
@@ -661,6 +718,7 @@ int main(int argc, char **argv)
 	tcase_add_test(create, test_faults_memlock_fallback);
 	tcase_add_test(create, test_faults_seccomp_before_create);
 	tcase_add_test(run, test_faults_running_allocations);
+	tcase_add_test(run, test_faults_workers_start_at_first_arm);
 	tcase_add_test(run, test_faults_rlimit_as_expiry);
 	tcase_add_test(run, test_faults_seccomp_after_create);
 	tcase_add_test(run, test_faults_fork_busy);

@@ -696,7 +696,7 @@ END_TEST
 /* ------------------------------------------------------------------ */
 
 /* Every thread a service starts carries a name that top and gdb show. */
-static int count_named(const char *name)
+static int count_comm(const char *name, bool prefix)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
@@ -716,19 +716,44 @@ static int count_named(const char *name)
 		if (fgets(comm, sizeof(comm), f))
 			comm[strcspn(comm, "\n")] = '\0';
 		fclose(f);
-		n += !strcmp(comm, name);
+		n += prefix ? !strncmp(comm, name, strlen(name)) : !strcmp(comm, name);
 	}
 	closedir(d);
 	return n;
 }
 
+static int count_named(const char *name)
+{
+	return count_comm(name, false);
+}
+
+static int count_prefix(const char *prefix)
+{
+	return count_comm(prefix, true);
+}
+
 START_TEST(test_lifecycle_thread_names)
 {
+	int base = t_thread_baseline();
 	struct kairos_config c = t_cfg(2, 3);
 	struct kairos *k = t_create(&c);
+	struct kairos_timer_opts o = { 0 };
+	struct t_timer tm[2];
 
 	ck_assert_int_eq(count_named("kairos-shard-0"), 1);
 	ck_assert_int_eq(count_named("kairos-shard-1"), 1);
+	/* Queue timers need no workers: none start for them. */
+	ck_assert_int_eq(kairos_queue_create(k, &o.queue), 0);
+	t_timer_init(&tm[0], &tt, 0, 0);
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, t_cb, &tm[0], &tm[0].id), 0);
+	atomic_fetch_add(&tt.armed, 1);
+	while (t_int(&tm[0].runs) == 0)
+		ck_assert_int_ge(kairos_queue_run(o.queue, 1), 0);
+	ck_assert_int_eq(count_prefix("kairos-work-"), 0);
+	/* Two shards and the reclaimer: kairos(3), THREADS. */
+	ck_assert_int_eq(t_count_threads(), base + 3);
+	/* The first timer for workers starts them all, on every shard. */
+	ck_assert_int_eq(t_arm(k, &tt, &tm[1], T_MS), 0);
 	for (int s = 0; s < 2; s++) {
 		for (int w = 0; w < 3; w++) {
 			char name[32];
@@ -741,8 +766,13 @@ START_TEST(test_lifecycle_thread_names)
 		}
 	}
 	ck_assert_int_eq(count_named("kairos-reclaim"), 1);
+	ck_assert_int_eq(t_wait_int(&tm[1].runs, 1, T_WAIT_MS), 1);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	ck_assert_int_eq(kairos_queue_destroy(o.queue), 0);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 	ck_assert_int_eq(count_named("kairos-shard-0"), 0);
+	ck_assert_int_eq(count_prefix("kairos-work-"), 0);
 }
 END_TEST
 

@@ -10,6 +10,7 @@
 #include <poll.h>
 
 #include "t_util.h"
+#include "../src/internal.h"	/* id_shard(): which shard an id names */
 
 /* Arms @t one-shot @delay_ns from now for @q, as t_arm() does for workers. */
 static int q_arm(struct kairos *k, struct kairos_queue *q, struct t_timer *t, uint64_t delay_ns,
@@ -819,6 +820,97 @@ START_TEST(test_queue_many_queues)
 }
 END_TEST
 
+/*
+ * Queues go to shards in turn, by number, and a queue's timers stay on its
+ * shard whichever thread arms them: three loop threads with a queue each
+ * use three shards, and a destroyed queue's number (and shard) is reused.
+ */
+struct q_loop {
+	struct kairos *k;
+	struct kairos_queue *q;
+	kairos_id ids[40];
+	int ran;
+};
+
+static void q_count_cb(void *arg, kairos_id id, int status)
+{
+	(void)id;
+	if (status == 1)
+		((struct q_loop *)arg)->ran++;
+}
+
+static void *q_loop_main(void *arg)
+{
+	struct q_loop *l = arg;
+	struct kairos_timer_opts o = { .queue = l->q };
+	uint64_t end = t_mono() + T_WAIT_MS * T_MS;
+	kairos_id first;
+
+	/* A timer for workers first: the thread joins its CPU's shard. */
+	ck_assert_int_eq(kairos_arm(l->k, T_SEC, q_count_cb, l, &first), 0);
+	ck_assert_int_eq(kairos_cancel(l->k, first), 0);
+	for (int i = 0; i < 40; i++)
+		ck_assert_int_eq(kairos_arm_opts(l->k, (uint64_t)(i % 4) * T_MS, &o, q_count_cb, l,
+						 &l->ids[i]), 0);
+	while (l->ran < 40 && t_mono() < end)
+		if (q_readable(l->q, 10))
+			ck_assert_int_ge(kairos_queue_run(l->q, 64), 0);
+	return NULL;
+}
+
+START_TEST(test_queue_bound_to_shard)
+{
+	struct kairos_config c = t_cfg(3, 1);
+	struct kairos *k = t_create(&c);
+	struct q_loop l[4] = { { 0 } };
+	struct kairos_queue *again;
+	pthread_t th[4];
+	struct kairos_stats st;
+
+	for (int i = 0; i < 4; i++) {
+		l[i].k = k;
+		ck_assert_int_eq(kairos_queue_create(k, &l[i].q), 0);
+		ck_assert_int_eq(kairos_queue_shard(l[i].q), i % 3);
+	}
+	/* The lowest free number: a new queue takes the gone one's shard. */
+	ck_assert_int_eq(kairos_queue_destroy(l[1].q), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &again), 0);
+	ck_assert_int_eq(kairos_queue_shard(again), 1);
+	l[1].q = again;
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, q_loop_main, &l[i]), 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(l[i].ran, 40);
+		for (int j = 0; j < 40; j++)
+			ck_assert_uint_eq(id_shard(l[i].ids[j]), (unsigned)kairos_queue_shard(l[i].q));
+	}
+	/* This thread, too, follows the queue it arms for, back and forth. */
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 4; i++) {
+			struct kairos_timer_opts o = { .queue = l[i].q };
+			kairos_id id;
+
+			ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, q_count_cb, &l[i], &id), 0);
+			ck_assert_uint_eq(id_shard(id), (unsigned)kairos_queue_shard(l[i].q));
+			ck_assert_int_eq(kairos_cancel(k, id), 0);
+		}
+	}
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, 4 * 41 + 12);
+	ck_assert_uint_eq(st.fired, 4 * 40);
+	ck_assert_uint_eq(st.cancelled, 4 + 12);
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_uint_eq(st.early, 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(kairos_queue_destroy(l[i].q), 0);
+		ck_assert_int_eq(kairos_queue_shard(NULL), -EINVAL);
+	}
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("queue");
@@ -843,6 +935,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_opts_kinds);
 	tcase_add_test(tc, test_queue_errors);
 	tcase_add_test(tc, test_queue_many_queues);
+	tcase_add_test(tc, test_queue_bound_to_shard);
 	suite_add_tcase(s, tc);
 	return t_main(s, "queue");
 }

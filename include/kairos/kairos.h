@@ -176,11 +176,13 @@ int kairos_destroy(struct kairos *k, int how);
  * CPUs); see kairos_arm(3).  A thread's first arm or cancel on a service
  * (and its first after using another service) joins the service's list of
  * calling threads under a short per-service lock; see "Calling threads" in
- * kairos(3).
+ * kairos(3).  The service's first timer delivered to workers starts them
+ * (see kairos(3), "Threading model").
  * Return: 0; -EINVAL for a NULL @k or @fn; -EOVERFLOW when now + @delay_ns
  * overflows 64 bits of nanoseconds; -EAGAIN when max_timers timers are
- * pending; -ENOMEM; -ESHUTDOWN after kairos_destroy() (before any other
- * error but a NULL @k, here and in every call).
+ * pending, or the workers could not start; -ENOMEM; -ESHUTDOWN after
+ * kairos_destroy() (before any other error but a NULL @k, here and in
+ * every call).
  */
 int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg, kairos_id *out);
 
@@ -359,13 +361,27 @@ struct kairos_expiry {
 };
 
 /*
- * kairos_queue_create - makes a queue of @k's.
+ * kairos_queue_create - makes a queue of @k's.  Queues are bound to shards
+ * in turn: the queue numbered n (the lowest number free, from 1) belongs to
+ * shard (n - 1) % shards, and every timer armed for it is kept there.  So N
+ * loop threads that each create one queue use N different shards (N up to
+ * the shard count), the same ones on every run.
  *
  * Context: any thread; takes a per-service lock for a few instructions.
  * Return: 0; -EINVAL for a NULL argument; -ENOMEM; -EMFILE or -ENFILE (its
  * eventfd); -ENOSPC with 65535 queues in @k; -ESHUTDOWN.
  */
 int kairos_queue_create(struct kairos *k, struct kairos_queue **out);
+
+/*
+ * kairos_queue_shard - the index of the shard @q's timers are kept on
+ * (0 .. shards - 1).  With cfg.pin_cpus that shard runs on the CPU of the
+ * same number: a loop thread may pin itself there too.
+ *
+ * Context: any thread; does not block.
+ * Return: the index; -EINVAL for a NULL @q.
+ */
+int kairos_queue_shard(const struct kairos_queue *q);
 
 /*
  * kairos_queue_destroy - ends the entries waiting in @q without running
