@@ -4,6 +4,12 @@
  * io_uring ring: one 8-byte read outstanding on each, one io_uring_enter()
  * per wake-up that both submits the re-armed reads and waits.
  *
+ * The same ring posts the CQEs of ring queues (kairos_queue_ring()): one
+ * IORING_OP_MSG_RING per expiry, its user_data the record, submitted at
+ * the end of the pass that fired it.  Their completions, reaped with the
+ * reads', go to queue_posted().  Whatever is reaped outside a wait (while
+ * posting) is kept for the next wait to report.
+ *
  * Setup tries the newest useful flags first and drops them on -EINVAL, so
  * one binary runs on older kernels: SINGLE_ISSUER (6.0) and COOP_TASKRUN
  * (5.19) save the kernel work because only the shard thread submits.  The
@@ -23,6 +29,8 @@ struct uring_state {
 	struct io_uring ring;
 	uint64_t tbuf, ebuf;
 	bool tread, eread;	/* a read is outstanding */
+	int ev, err;		/* reaped while posting, for the next wait */
+	size_t unsent;		/* posts queued in the SQ, not yet taken by the kernel */
 };
 
 static int uring_init(struct shard *s)
@@ -79,12 +87,45 @@ static int queue_read(struct uring_state *u, int fd, uint64_t *buf, uint64_t tag
 	return 0;
 }
 
+/* Takes every completion there is: reads into u->ev and u->err, posts to queue.c. */
+static void reap(struct shard *s, struct uring_state *u)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+
+	io_uring_for_each_cqe(&u->ring, head, cqe) {
+		seen++;
+		if (cqe->user_data == UD_TIMER) {
+			u->tread = false;
+			/* -ECANCELED: the clock was set (CANCEL_ON_SET is not used). */
+			if (cqe->res == sizeof(uint64_t) || cqe->res == -ECANCELED)
+				u->ev |= BK_TIMER;
+		} else if (cqe->user_data == UD_WAKE) {
+			u->eread = false;
+			u->ev |= BK_WAKE;
+		} else {
+			/* A record: 64-byte aligned, never 1 or 2. */
+			queue_posted(s, (struct rec *)(uintptr_t)cqe->user_data, cqe->res);
+			continue;
+		}
+		if (cqe->res < 0 && cqe->res != -ECANCELED && cqe->res != -EINTR &&
+		    cqe->res != -EAGAIN)
+			u->err = cqe->res;
+	}
+	io_uring_cq_advance(&u->ring, seen);
+}
+
+/* After io_uring_enter() took @rc SQEs (posts are the last queued). */
+static void taken(struct uring_state *u, int rc)
+{
+	if (rc > 0)
+		u->unsent = (size_t)rc >= u->unsent ? 0 : u->unsent - (size_t)rc;
+}
+
 static int uring_wait(struct shard *s)
 {
 	struct uring_state *u = s->backend;
-	struct io_uring_cqe *cqe;
-	unsigned head, seen = 0;
-	int rc, ev = 0;
+	int rc, ev;
 
 	if (!u->tread) {
 		rc = queue_read(u, s->tfd, &u->tbuf, UD_TIMER);
@@ -99,30 +140,91 @@ static int uring_wait(struct shard *s)
 		u->eread = true;
 	}
 	do {
-		rc = io_uring_submit_and_wait(&u->ring, 1);
+		/* What a post reaped already is news: do not sleep on it. */
+		rc = u->ev || u->err ? io_uring_submit(&u->ring)
+				     : io_uring_submit_and_wait(&u->ring, 1);
 	} while (rc == -EINTR);
 	if (rc < 0)
 		return rc;
-	io_uring_for_each_cqe(&u->ring, head, cqe) {
-		seen++;
-		if (cqe->user_data == UD_TIMER) {
-			u->tread = false;
-			/* -ECANCELED: the clock was set (CANCEL_ON_SET is not used). */
-			if (cqe->res == sizeof(uint64_t) || cqe->res == -ECANCELED)
-				ev |= BK_TIMER;
-		} else if (cqe->user_data == UD_WAKE) {
-			u->eread = false;
-			ev |= BK_WAKE;
-		}
-		if (cqe->res < 0 && cqe->res != -ECANCELED && cqe->res != -EINTR &&
-		    cqe->res != -EAGAIN)
-			rc = cqe->res;
-	}
-	io_uring_cq_advance(&u->ring, seen);
+	taken(u, rc);
+	reap(s, u);
+	ev = u->ev;
+	rc = u->err;
+	u->ev = u->err = 0;
 	if (rc < 0)
 		return rc;
 	/* Nothing but a re-check is needed: the loop looks at the inbox and clock. */
 	return ev ? ev : BK_WAKE;
+}
+
+static int uring_submit(struct shard *s)
+{
+	struct uring_state *u = s->backend;
+	int rc;
+
+	do {
+		rc = io_uring_submit(&u->ring);
+	} while (rc == -EINTR);
+	if (rc < 0)
+		return rc;
+	taken(u, rc);
+	/* A post to an ordinary ring completes inside the submit: end it now. */
+	reap(s, u);
+	return 0;
+}
+
+static int uring_post(struct shard *s, int fd, uint64_t data, uint32_t len, struct rec *r)
+{
+	struct uring_state *u = s->backend;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+
+	if (!sqe) {
+		int rc = uring_submit(s);
+
+		if (rc < 0)
+			return rc;
+		sqe = io_uring_get_sqe(&u->ring);
+		if (!sqe)
+			return -EBUSY;
+	}
+	io_uring_prep_msg_ring(sqe, fd, len, data, 0);
+	/* A test's failed post: a message kind the kernel does not know. */
+	if (atomic_load_explicit(&fault_post, memory_order_relaxed))
+		sqe->addr = UINT32_MAX;
+	io_uring_sqe_set_data(sqe, r);
+	u->unsent++;
+	return 0;
+}
+
+/*
+ * Ends the posts in flight: those the kernel took complete (a post to a
+ * ring whose owner runs its completions itself completes when that thread
+ * next runs, so this waits, up to a second); those it never took, and any
+ * still in flight after that, go to queue_posts_abandon().  On the shard
+ * thread as it stops, and from fini (when the ring stopped working, or on
+ * another thread, where nothing is left by then).
+ */
+static void uring_settle(struct shard *s)
+{
+	struct uring_state *u = s->backend;
+
+	if (!u)
+		return;
+	if (s->nposting && io_uring_submit(&u->ring) >= 0)
+		u->unsent = 0;
+	reap(s, u);
+	for (int i = 0; i < 100 && s->nposting > u->unsent; i++) {
+		struct __kernel_timespec ts = { .tv_nsec = 10 * 1000 * 1000 };
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+
+		if (rc < 0 && rc != -ETIME && rc != -EINTR)
+			break;
+		reap(s, u);
+	}
+	if (s->nposting)
+		queue_posts_abandon(s, u->unsent);
+	u->unsent = 0;
 }
 
 static void uring_fini(struct shard *s)
@@ -131,6 +233,7 @@ static void uring_fini(struct shard *s)
 
 	if (!u)
 		return;
+	uring_settle(s);
 	io_uring_queue_exit(&u->ring);
 	free(u);
 	s->backend = NULL;
@@ -141,4 +244,7 @@ const struct backend_ops backend_uring_ops = {
 	.init = uring_init,
 	.wait = uring_wait,
 	.fini = uring_fini,
+	.post = uring_post,
+	.submit = uring_submit,
+	.settle = uring_settle,
 };

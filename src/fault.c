@@ -5,6 +5,7 @@
 
 _Atomic long fault_countdown;
 _Atomic int fault_uring;
+_Atomic int fault_post;
 
 bool fault_hit_slow(void)
 {

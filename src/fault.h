@@ -20,6 +20,8 @@
 extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
+/* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
+extern _Atomic int fault_post __attribute__((visibility("hidden")));
 
 bool fault_hit_slow(void) __attribute__((visibility("hidden")));
 

@@ -304,7 +304,20 @@ struct backend_ops {
 	int (*init)(struct shard *s);
 	/* Blocks until the timerfd or the eventfd fires; returns BK_* bits or -errno. */
 	int (*wait)(struct shard *s);
+	/*
+	 * Ends whatever the shard still has in flight (ring queue posts),
+	 * then undoes init.  The shard thread settles first as it stops;
+	 * fini may run on another thread.
+	 */
 	void (*fini)(struct shard *s);
+	/*
+	 * io_uring only (NULL for epoll): queues a CQE of @len and @data for
+	 * the ring @fd on behalf of record @r (on s->posting), and submits
+	 * what is queued; the completions come to queue_posted().
+	 */
+	int (*post)(struct shard *s, int fd, uint64_t data, uint32_t len, struct rec *r);
+	int (*submit)(struct shard *s);
+	void (*settle)(struct shard *s);
 };
 
 extern const struct backend_ops backend_uring_ops KAIROS_HIDDEN;
@@ -332,6 +345,13 @@ struct kairos_queue {
 	struct kairos *k;
 	unsigned no;			/* in its records' wt.flags */
 	unsigned shard;			/* its timers' shard: (no - 1) % shards */
+	/*
+	 * kairos_queue_ring()'s duplicate of the user's ring fd, or -1.  Under
+	 * ring_lock, which the shard holds while it queues and submits posts
+	 * for it, so that the fd is never closed under a post.
+	 */
+	pthread_mutex_t ring_lock;
+	int ring_fd;
 	int efd;			/* readable while the list is not empty */
 	pthread_mutex_t lock;		/* the list, the flags, the waiters */
 	pthread_cond_t cond;		/* kairos_queue_take() waits here */
@@ -353,7 +373,11 @@ typedef _Atomic(struct kairos_queue *) qslot;
 struct kairos_queue *queue_get(struct kairos *k, unsigned no);
 void queue_unref(struct kairos_queue *q);
 /* A shard's expiries for one queue, collected over a pass (shard.c). */
-void queue_append(struct kairos_queue *q, struct rec *first, struct rec *last);
+void queue_append(struct shard *s, struct kairos_queue *q, struct rec *first, struct rec *last);
+/* A ring queue's CQE post for @r completed with @res (the shard thread). */
+void queue_posted(struct shard *s, struct rec *r, int res);
+/* The posts in flight that will not complete: the last @unsent were never sent. */
+void queue_posts_abandon(struct shard *s, size_t unsent);
 void queue_teardown_wait(struct kairos *k);
 void queue_teardown_drain(struct kairos *k, int how, uint64_t *count);
 
@@ -420,6 +444,9 @@ struct shard {
 	size_t nruns;
 	struct kairos_queue *qcur;	/* the queue this pass's last expiries go to */
 	struct rec *qfirst, *qlast;	/* and those expiries */
+	/* Ring queue expiries whose CQE post is in flight, oldest first (queue.c). */
+	struct wheel_link posting;
+	size_t nposting;
 	struct wtally itally;		/* inline delivery's, flushed each pass */
 	unsigned checks;		/* passes since the last wheel_check (debug builds) */
 	uint64_t flush_ticks;		/* SHARD_FLUSH_NS in ticks, at least 1 */

@@ -765,8 +765,17 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	if (st_gen(seen) == id_gen(id)) {
 		uint64_t ignored;
 
-		if (cancel(k, id, &ignored) == -EBUSY)
+		rc = cancel(k, id, &ignored);
+		if (rc == -EBUSY)
 			kairos_die("callback restarted under cancel_sync");
+		/*
+		 * A one-shot that is cancellable again was never delivered (a
+		 * ring queue's post failed, timer_unrun()): this cancel wins.
+		 */
+		if (rc == 0 && !(seen & ST_PERIODIC)) {
+			service_leave();
+			return 0;
+		}
 	}
 	service_leave();
 	return -EBUSY;

@@ -14,6 +14,14 @@
  *  - CANCELLED (cancelled while it waited): retired; the canceller counted it.
  * What a drainer does not get to (its @max) goes back to the front.
  *
+ * A ring queue (kairos_queue_ring()) is drained by its own shard instead:
+ * at the end of the pass that fired them, the shard claims its expiries
+ * (FIRING -> RUNNING, as a drainer would) and queues one IORING_OP_MSG_RING
+ * each on its own ring.  A completion ends the record (or sends a periodic
+ * one on to its next period), as a callback's return would; a failed one
+ * puts it back to FIRING on the list, where run and take find it.  The
+ * records in flight stay on the shard's posting list until then.
+ *
  * Lifetime.  A queue holds one reference for itself, dropped by
  * kairos_queue_destroy(), and one per timer armed for it that has not
  * ended; the last one frees it.  So a record never names a freed queue, and
@@ -25,7 +33,10 @@
 #include "rcu.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <liburing.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -36,6 +47,8 @@
 #include "fault.h"
 #include "internal.h"
 #include "timer.h"
+
+static int queue_ring_swap(struct kairos_queue *q, int fd);
 
 static qslot *slot_of(struct kairos *k, unsigned no)
 {
@@ -58,6 +71,7 @@ static void queue_free(struct kairos_queue *q)
 	if (!atomic_load_explicit(&k->queues_gone, memory_order_acquire))
 		atomic_store_explicit(slot_of(k, q->no), NULL, memory_order_release);
 	pthread_mutex_destroy(&q->lock);
+	pthread_mutex_destroy(&q->ring_lock);
 	pthread_cond_destroy(&q->cond);
 	free(q);
 }
@@ -157,10 +171,163 @@ static void list_put(struct kairos_queue *q, struct rec *first, struct rec *last
 	mutex_unlock(&q->lock);
 }
 
-/* A shard hands its expiries for @q, collected over a pass. */
-void queue_append(struct kairos_queue *q, struct rec *first, struct rec *last)
+/* The posting list of shard @s (records in flight, linked through wt.link). */
+static void posting_add(struct shard *s, struct rec *r)
 {
+	struct wheel_link *l = &r->wt.link, *head = &s->posting;
+
+	l->prev = head->prev;
+	l->next = head;
+	head->prev->next = l;
+	head->prev = l;
+	s->nposting++;
+}
+
+static void posting_del(struct shard *s, struct rec *r)
+{
+	struct wheel_link *l = &r->wt.link;
+
+	l->prev->next = l->next;
+	l->next->prev = l->prev;
+	l->next = l->prev = NULL;
+	s->nposting--;
+}
+
+/*
+ * A delivery that did not happen: @r (RUNNING, on no list) goes back to
+ * FIRING on @q's list, or ends if a cancel stopped it meanwhile.
+ */
+static void post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
+{
+	uint64_t old;
+	bool firing = timer_unrun(r, &old);
+
+	if (old & ST_WAITERS)
+		service_event(s->k);	/* cancel_sync looks again: it may cancel now */
+	if (firing) {
+		list_put(q, r, r, false);
+		return;
+	}
+	/* A periodic timer stopped by a cancel: it ends, counted as cancelled. */
+	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
+	queue_unref(q);
+	shard_end(s, r, old, NULL);
+}
+
+/*
+ * The shard posts the expiries @first.. of ring queue @q, holding
+ * ring_lock: claimed (RUNNING) and queued as CQEs, then submitted at once.
+ * Returns false when @q has no ring (any more): the caller lists them.
+ */
+static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first)
+{
+	struct kairos *k = s->k;
+	struct rec *r, *next, *back = NULL, *back_last = NULL;
+	int fd;
+
+	mutex_lock(&q->ring_lock);
+	fd = q->ring_fd;
+	if (fd < 0) {
+		mutex_unlock(&q->ring_lock);
+		return false;
+	}
+	for (r = first; r; r = next) {
+		struct rec_period *p;
+		uint64_t old;
+
+		next = rec_chain_next(r);
+		switch (timer_claim(r, &old, false)) {
+		case CLAIM_CANCELLED:
+			/* Cancelled since it fired: the canceller counted it. */
+			table_retire(k, s, r);
+			continue;
+		case CLAIM_UNPARKED:
+			(void)shard_post(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
+			continue;
+		case CLAIM_RUN:
+			break;
+		}
+		p = old & ST_PERIODIC ? table_period(s, table_index(s, r)) : NULL;
+		if (s->ops->post(s, fd, (uint64_t)(uintptr_t)r->arg,
+				 p ? (uint32_t)p->fire_status : 1u, r) == 0) {
+			posting_add(s, r);
+			continue;
+		}
+		/* No room in the ring: this one waits on the list. */
+		if (timer_unrun(r, &old)) {
+			if (old & ST_WAITERS)
+				service_event(k);
+			rec_chain_append(&back, &back_last, r, r);
+		} else {
+			post_undo(s, q, r);	/* never FIRING again: this only ends it */
+		}
+	}
+	/* A failed submit leaves the posts queued: the next wait sends them. */
+	(void)s->ops->submit(s);
+	mutex_unlock(&q->ring_lock);
+	if (back)
+		list_put(q, back, back_last, false);
+	return true;
+}
+
+/* A shard hands its expiries for @q, collected over a pass. */
+void queue_append(struct shard *s, struct kairos_queue *q, struct rec *first, struct rec *last)
+{
+	/* The fd is read again under the lock; a stale -1 only lists a few. */
+	if (s->ops->post && __atomic_load_n(&q->ring_fd, __ATOMIC_RELAXED) >= 0 &&
+	    !atomic_load_explicit(&q->closed, memory_order_relaxed) && ring_post(s, q, first))
+		return;
 	list_put(q, first, last, false);
+}
+
+/*
+ * queue_posted - the completion of @r's CQE post, on its shard's thread:
+ * posted (@res >= 0), it is delivered, and ends as a run callback would;
+ * otherwise it waits on its queue's list.
+ */
+void queue_posted(struct shard *s, struct rec *r, int res)
+{
+	struct kairos *k = s->k;
+	struct kairos_queue *q = queue_get(k, rec_queue_no(r));
+	bool periodic;
+	uint64_t old;
+	int status;
+
+	posting_del(s, r);
+	if (res < 0) {
+		post_undo(s, q, r);
+		return;
+	}
+	periodic = atomic_load_explicit(&r->state, memory_order_relaxed) & ST_PERIODIC;
+	(void)expiry_begin(k, s, r, periodic, false, &status);
+	if (periodic) {
+		atomic_fetch_add_explicit(&s->stats.periodic_runs, 1, memory_order_relaxed);
+		worker_rearm(s, r);
+		return;
+	}
+	atomic_fetch_add_explicit(&s->stats.fired, 1, memory_order_relaxed);
+	old = timer_done(r);
+	s->itally.finished++;
+	queue_unref(q);
+	shard_end(s, r, old, &s->itally.rb);
+	worker_tally_flush(s, &s->itally);
+}
+
+/*
+ * queue_posts_abandon - the shard's ring is going (it stops, or io_uring
+ * stopped working) with posts in flight.  The last @unsent were never taken
+ * by the kernel: they go back to their queues' lists.  The others were
+ * taken, and the kernel posts their CQEs when the ring's owner next runs:
+ * they end as delivered.
+ */
+void queue_posts_abandon(struct shard *s, size_t unsent)
+{
+	while (s->nposting) {
+		/* wt.link is the record's first member. */
+		struct rec *r = (struct rec *)(void *)s->posting.next;
+
+		queue_posted(s, r, s->nposting > unsent ? 0 : -ECANCELED);
+	}
 }
 
 /*
@@ -325,6 +492,7 @@ KAIROS_EXPORT int kairos_queue_create(struct kairos *k, struct kairos_queue **ou
 		return -ENOMEM;
 	memset(q, 0, sizeof(*q));
 	q->k = k;
+	q->ring_fd = -1;
 	atomic_init(&q->refs, 1);
 	q->efd = fault_hit() ? (errno = EMFILE, -1) : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (q->efd < 0) {
@@ -333,6 +501,8 @@ KAIROS_EXPORT int kairos_queue_create(struct kairos *k, struct kairos_queue **ou
 		return rc;
 	}
 	err = pthread_mutex_init(&q->lock, NULL);
+	if (!err)
+		err = pthread_mutex_init(&q->ring_lock, NULL);
 	if (!err)
 		err = pthread_condattr_init(&ca);
 	if (err)
@@ -379,6 +549,7 @@ out:
 	if (rc) {
 		close(q->efd);
 		pthread_mutex_destroy(&q->lock);
+		pthread_mutex_destroy(&q->ring_lock);
 		pthread_cond_destroy(&q->cond);
 		free(q);
 		return rc;
@@ -411,8 +582,87 @@ KAIROS_EXPORT int kairos_queue_destroy(struct kairos_queue *q)
 	n = end_chain(k, first);
 	mutex_unlock(&k->q_lock);
 	close(q->efd);
+	(void)queue_ring_swap(q, -1);
 	queue_unref(q);
 	return n > INT_MAX ? INT_MAX : (int)n;
+}
+
+/* Puts @fd (or -1) in place of @q's ring fd, and closes the one it replaces. */
+static int queue_ring_swap(struct kairos_queue *q, int fd)
+{
+	int old;
+
+	mutex_lock(&q->ring_lock);
+	old = q->ring_fd;
+	__atomic_store_n(&q->ring_fd, fd, __ATOMIC_RELAXED);
+	mutex_unlock(&q->ring_lock);
+	if (old >= 0)
+		close(old);
+	return 0;
+}
+
+/* Whether @fd is an io_uring ring; true when /proc cannot tell. */
+static bool is_ring(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return errno != ENOENT;
+	link[n] = '\0';
+	return strcmp(link, "anon_inode:[io_uring]") == 0;
+}
+
+/* Whether the kernel has IORING_OP_MSG_RING (probed once, on a ring of its own). */
+static bool msg_ring_supported(void)
+{
+	static _Atomic int known;	/* 0: not probed; 1: yes; -1: no */
+	int v = atomic_load_explicit(&known, memory_order_relaxed);
+
+	if (!v) {
+		struct io_uring_probe *p = io_uring_get_probe();
+
+		v = p && io_uring_opcode_supported(p, IORING_OP_MSG_RING) ? 1 : -1;
+		if (p)
+			io_uring_free_probe(p);
+		atomic_store_explicit(&known, v, memory_order_relaxed);
+	}
+	return v > 0;
+}
+
+KAIROS_EXPORT int kairos_queue_ring(struct kairos_queue *q, int ring_fd)
+{
+	const struct backend_report *rep;
+	struct kairos *k;
+	int dup, rc;
+
+	if (!q)
+		return -EINVAL;
+	k = q->k;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	if (atomic_load_explicit(&q->closed, memory_order_relaxed))
+		return -EINVAL;
+	if (ring_fd < 0)
+		return queue_ring_swap(q, -1);
+	if (fcntl(ring_fd, F_GETFD) < 0 || !is_ring(ring_fd))
+		return -EBADF;
+	if (!msg_ring_supported())
+		return -EOPNOTSUPP;
+	rc = service_enter(k);
+	if (rc)
+		return rc;
+	rep = atomic_load_explicit(&k->shards[q->shard]->rep, memory_order_acquire);
+	rc = rep->name == backend_uring_ops.name ? 0 : -EOPNOTSUPP;
+	service_leave();
+	if (rc)
+		return rc;
+	dup = fault_hit() ? (errno = EMFILE, -1) : fcntl(ring_fd, F_DUPFD_CLOEXEC, 0);
+	if (dup < 0)
+		return -errno;
+	return queue_ring_swap(q, dup);
 }
 
 KAIROS_EXPORT int kairos_queue_shard(const struct kairos_queue *q)

@@ -232,7 +232,7 @@ static void run_close(struct shard *s)
 static void queue_flush(struct shard *s)
 {
 	if (s->qfirst)
-		queue_append(s->qcur, s->qfirst, s->qlast);
+		queue_append(s, s->qcur, s->qfirst, s->qlast);
 	s->qfirst = s->qlast = NULL;
 	if (s->qcur)
 		queue_unref(s->qcur);
@@ -519,6 +519,9 @@ static void *shard_main(void *arg)
 		if (ev & BK_WAKE)
 			atomic_store_explicit(&s->wake_pending, 0, memory_order_release);
 	}
+	/* Ring queue posts first: a periodic one that completes posts itself again. */
+	if (s->ops->settle)
+		s->ops->settle(s);
 	/* Leave no post behind: every record ends up in the wheel or retired. */
 	inbox_drain(s);
 	return NULL;
@@ -541,6 +544,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->index = index;
 	s->epfd = -1;
 	s->timer_tick = UINT64_MAX;
+	s->posting.next = s->posting.prev = &s->posting;
 	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
 	/* None of these can fail with default attributes. */
 	if ((rc = pthread_mutex_init(&s->grow_lock, NULL)) ||

@@ -30,12 +30,15 @@
  *                                      or drainer                taken from its queue)
  *  RUNNING         DONE                worker        acq_rel     is retired by the worker
  *  RUNNING | STOP  CANCELLED           worker        acq_rel     is retired by the worker
+ *  RUNNING         FIRING              shard         acq_rel     a ring queue's post failed: it
+ *                                                                waits on the queue's list
  *  RUNNING         PENDING | QUEUED    worker        acq_rel     periodic: is posted again
  *  PENDING/FIRING/ DONE                destroy       release     is retired by the drain
  *   PARKED
  *
  * "Worker" here means whichever thread delivers the record: a worker, the
- * shard (inline delivery), or a queue's drainer (queue.c).
+ * shard (inline delivery, or a CQE posted into a ring queue's ring), or a
+ * queue's drainer (queue.c).
  *
  * A cancel wins iff it moves PENDING or FIRING to CANCELLED; a callback runs
  * iff its worker moves FIRING to RUNNING.  Whoever wins a race reports it,
@@ -321,6 +324,28 @@ static inline bool timer_rearm(struct rec *r, uint64_t tick, uint64_t *old)
 							  memory_order_acq_rel,
 							  memory_order_acquire))
 			return true;
+	}
+}
+
+/*
+ * timer_unrun - a delivery that did not happen (a ring queue's CQE could not
+ * be posted): RUNNING -> FIRING, so that the expiry waits on its queue's
+ * list and stays cancellable; or, when a cancel stopped a periodic timer
+ * meanwhile, RUNNING | STOP -> CANCELLED.  Returns whether it is FIRING
+ * again; *@old is the word replaced (WAITERS in it: wake them).
+ */
+static inline bool timer_unrun(struct rec *r, uint64_t *old)
+{
+	*old = atomic_load_explicit(&r->state, memory_order_acquire);
+	for (;;) {
+		bool stopped = *old & ST_STOP;
+		uint64_t want = stopped ? st_with(*old & ~(ST_STOP | ST_WAITERS), ST_CANCELLED)
+					: st_with(*old & ~ST_WAITERS, ST_FIRING);
+
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, want,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return !stopped;
 	}
 }
 

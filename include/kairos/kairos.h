@@ -409,6 +409,26 @@ int kairos_queue_destroy(struct kairos_queue *q);
 int kairos_queue_fd(struct kairos_queue *q);
 
 /*
+ * kairos_queue_ring - posts @q's expiries as completions into the io_uring
+ * ring whose fd is @ring_fd (IORING_OP_MSG_RING, Linux 5.18), from @q's
+ * shard, instead of holding them for kairos_queue_run() or _take().  Each
+ * expiry becomes one CQE: user_data is the timer's arm @arg, res its status
+ * (the expirations it covers, >= 1); its callback is not called.  An
+ * expiry counts as run once its CQE is posted: until then a cancel says
+ * -EBUSY and kairos_cancel_sync() waits; a cancel that returns 0 means no
+ * CQE ever comes.  An expiry whose post fails (the ring's owner exited, its
+ * completion queue cannot grow) waits in @q as without a ring, so @q's fd
+ * is worth watching too.  kairos keeps a duplicate of @ring_fd until @q is
+ * detached (@ring_fd < 0) or destroyed.
+ *
+ * Context: any thread; takes @q's lock; does not wait for a post.
+ * Return: 0; -EINVAL for a NULL @q; -EBADF when @ring_fd is not an io_uring
+ * ring; -EOPNOTSUPP when the kernel has no IORING_OP_MSG_RING or @q's shard
+ * runs on epoll; -EMFILE or -ENFILE (the duplicate); -ESHUTDOWN.
+ */
+int kairos_queue_ring(struct kairos_queue *q, int ring_fd);
+
+/*
  * kairos_queue_run - runs up to @max callbacks of entries waiting in @q, on
  * the calling thread, oldest first.  Entries cancelled meanwhile are
  * skipped, and entries reset meanwhile go back to their shard; neither
