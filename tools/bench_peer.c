@@ -7,7 +7,10 @@
  * The same workloads, in the same run, on kairos and on what a server would
  * pick instead: libev, libuv and libevent (each compiled in only when its
  * development package was found at build time) and one timerfd per timer in
- * one epoll set.  Every implementation is one table of function pointers
+ * one epoll set.  kairos has two columns: "kairos", its callbacks on its
+ * worker threads, and "kairos-loop", every timer delivered to one queue
+ * that the main thread runs (kairos_queue_run()) when the queue's fd is
+ * readable, so that its callbacks run on the loop's thread as libev's do.  Every implementation is one table of function pointers
  * (setup, arm, cancel, push-later, optional idle arm and idle push,
  * run-in-the-loop, wait, teardown) driven by the same code with the same
  * lists, so that each does exactly the same operations on the same slots
@@ -133,6 +136,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
@@ -548,6 +552,106 @@ static const struct pb_impl pb_kairos = {
 	.quiesce = bench_settle,
 	.teardown = pk_teardown,
 	.describe = pk_describe,
+	.max_cap = pb_no_cap,
+};
+
+/* ------------------------------------------------------------------------
+ * kairos-loop: the same service, its timers delivered into a queue
+ * (kairos_arm_opts() with .queue) that the main thread drains as its event
+ * loop: the callbacks run there, as the loops' do, and no worker thread
+ * starts.  The calls are the kairos column's; what differs is where the
+ * callbacks run and what the service's threads do for them.
+ */
+
+static struct kairos_queue *pq_q;
+
+static void pq_setup(size_t cap)
+{
+	int rc;
+
+	pk_setup(cap);
+	rc = kairos_queue_create(pk_k, &pq_q);
+	if (rc)
+		bench_die("kairos_queue_create: %s", strerror(-rc));
+}
+
+static void pq_arm(uint32_t slot, uint64_t delay_ns)
+{
+	struct kairos_timer_opts o = { .queue = pq_q };
+	int rc = kairos_arm_opts(pk_k, delay_ns, &o, pk_cb, (void *)(uintptr_t)slot, &pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_arm_opts: %s", strerror(-rc));
+}
+
+static void pq_idle_arm(uint32_t slot)
+{
+	struct kairos_timer_opts o = { .queue = pq_q, .slack_ns = PB_IDLE_SLACK };
+	int rc = kairos_arm_opts(pk_k, PB_IDLE_DELAY, &o, pk_cb, (void *)(uintptr_t)slot, &pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_arm_opts (slack): %s", strerror(-rc));
+}
+
+/* Runs everything due, as a loop does when the queue's fd is readable. */
+static void pq_run_due(void)
+{
+	int rc;
+
+	do {
+		rc = kairos_queue_run(pq_q, 256);
+		if (rc < 0)
+			bench_die("kairos_queue_run: %s", strerror(-rc));
+	} while (rc == 256);
+}
+
+static void pq_in_loop(void (*fn)(void *), void *arg)
+{
+	fn(arg);
+	pq_run_due();
+}
+
+/* One loop iteration: wait for the queue's fd (at most 100 ms), then run. */
+static void pq_wait(void)
+{
+	struct pollfd p = { .fd = kairos_queue_fd(pq_q), .events = POLLIN };
+
+	if (poll(&p, 1, 100) < 0 && errno != EINTR)
+		bench_die("poll: %s", strerror(errno));
+	pq_run_due();
+}
+
+static void pq_teardown(size_t pending)
+{
+	int rc = kairos_queue_destroy(pq_q);
+
+	/* Nothing waits (all that fired ran); the pending go with the service. */
+	if (rc != 0)
+		bench_die("kairos_queue_destroy ended %d waiting entries, expected 0", rc);
+	pq_q = NULL;
+	pk_teardown(pending);
+}
+
+static void pq_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "kairos-loop: kairos as above, every timer for one queue "
+		 "(kairos_arm_opts .queue), run by kairos_queue_run() on the main thread "
+		 "when its fd is readable");
+}
+
+static const struct pb_impl pb_kairos_loop = {
+	.name = "kairos-loop",
+	.setup = pq_setup,
+	.arm = pq_arm,
+	.cancel = pk_cancel,
+	.push_later = pk_push_later,
+	.idle_arm = pq_idle_arm,
+	.idle_push = pk_idle_push,
+	.in_loop = pq_in_loop,
+	.wait = pq_wait,
+	.quiesce = bench_settle,
+	.teardown = pq_teardown,
+	.describe = pq_describe,
 	.max_cap = pb_no_cap,
 };
 
@@ -1094,7 +1198,7 @@ static const struct pb_impl pb_timerfd = {
 
 /* Column order; kairos first: every ratio is to it. */
 static const struct pb_impl *const pb_impls[] = {
-	&pb_kairos, &pb_libev, &pb_libuv, &pb_libevent, &pb_timerfd,
+	&pb_kairos, &pb_kairos_loop, &pb_libev, &pb_libuv, &pb_libevent, &pb_timerfd,
 };
 
 #define PB_NIMPL	(sizeof(pb_impls) / sizeof(pb_impls[0]))
@@ -2039,11 +2143,13 @@ static void pb_usage(FILE *f)
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
 		"\n"
-		"The same workloads on kairos, libev, libuv, libevent (those found at build\n"
-		"time) and one timerfd per timer, in the same run: arm, cancel, push-later,\n"
-		"idle-timeout arm, push-later and cancel (kairos_arm_slack + kairos_reset\n"
-		"against libev's ev_timer_again idiom; n/a for the others), lateness with\n"
-		"early callbacks, bytes per pending timer and churn CPU, at each N, with\n"
+		"The same workloads on kairos (callbacks on its workers), kairos-loop (its\n"
+		"callbacks run from a queue by the loop thread), libev, libuv, libevent\n"
+		"(those found at build time) and one timerfd per timer, in the same run:\n"
+		"arm, cancel, push-later, idle-timeout arm, push-later and cancel\n"
+		"(kairos_arm_slack + kairos_reset against libev's ev_timer_again idiom;\n"
+		"n/a for the others), lateness with early callbacks, bytes per pending\n"
+		"timer and churn CPU, at each N, with\n"
 		"each value's ratio to kairos's.  Under each table, the floors: ns per\n"
 		"atomic CAS on a random 64-byte record of max(1e6, N), alone and after\n"
 		"clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE).\n"
@@ -2054,8 +2160,8 @@ static void pb_usage(FILE *f)
 		"  --runs N       runs per size, median reported (default 5, and %u from\n"
 		"                 N=%u)\n"
 		"  --seed S       workload seed (default 1)\n"
-		"  --only LIST    comma-separated columns among kairos, libev, libuv,\n"
-		"                 libevent, timerfd (ratios need kairos)\n"
+		"  --only LIST    comma-separated columns among kairos, kairos-loop, libev,\n"
+		"                 libuv, libevent, timerfd (ratios need kairos)\n"
 		"  --markdown     print the tables as markdown\n"
 		"  --plot FILE    also draw the headline rows into FILE (SVG) with gnuplot,\n"
 		"                 when it is installed\n"
