@@ -118,11 +118,21 @@ static struct rec *list_take(struct kairos_queue *q, struct rec **last)
 }
 
 /*
- * Ends the records of @first (a queue being destroyed): counted as drained.
- * Returns how many, those cancelled meanwhile left out.
+ * Ends the waiting entries of @first (a queue being destroyed): counted as
+ * drained.  Returns how many, those cancelled meanwhile and those a reset
+ * armed again left out.
  */
 static uint64_t end_chain(struct kairos *k, struct rec *first)
 {
+	/*
+	 * A reset withdrew a PARKED entry and armed it again: it is a pending
+	 * timer, not a waiting entry, and goes back to its shard, where it
+	 * ends at its new deadline (or by cancel) like any timer of a closed
+	 * queue.  Only a service that is going ends it here: its shards may
+	 * have stopped.  Posting inside the read-side section keeps the
+	 * shards up until the post is in an inbox that teardown drains.
+	 */
+	bool alive = service_enter(k) == 0;
 	struct rec *r, *next;
 	uint64_t n = 0;
 
@@ -131,9 +141,15 @@ static uint64_t end_chain(struct kairos *k, struct rec *first)
 		uint64_t old;
 
 		next = rec_chain_next(r);
-		if (timer_claim(r, &old, true) == CLAIM_CANCELLED) {
+		switch (timer_claim(r, &old, !alive)) {
+		case CLAIM_CANCELLED:
 			table_retire(k, s, r);
 			continue;
+		case CLAIM_UNPARKED:
+			(void)shard_post(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
+			continue;
+		case CLAIM_RUN:
+			break;
 		}
 		old = timer_done(r);
 		atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
@@ -141,6 +157,8 @@ static uint64_t end_chain(struct kairos *k, struct rec *first)
 		shard_end(s, r, old, NULL);
 		n++;
 	}
+	if (alive)
+		service_leave();
 	return n;
 }
 

@@ -250,8 +250,8 @@ enum claim { CLAIM_RUN, CLAIM_CANCELLED, CLAIM_UNPARKED };
  * FIRING -> RUNNING (CLAIM_RUN: run or take it), PARKED -> PENDING | QUEUED
  * (CLAIM_UNPARKED, queues only: the caller posts it to its shard), or
  * nothing (CLAIM_CANCELLED: a cancel ended it; the caller retires it).
- * With @ending (the queue is going away) PARKED -> RUNNING too, so that the
- * caller ends it.  Waits out a resetter (queues only: a reset takes no
+ * With @ending (the service is going away) PARKED -> RUNNING too, so that
+ * the caller ends it.  Waits out a resetter (queues only: a reset takes no
  * other FIRING record).  *@old is the word replaced.
  */
 static inline enum claim timer_claim(struct rec *r, uint64_t *old, bool ending)

@@ -637,6 +637,52 @@ START_TEST(test_queue_destroy_with_entries)
 }
 END_TEST
 
+/*
+ * An expired entry that a reset withdrew and armed again is a pending
+ * timer: destroying its queue leaves it armed, for cancel or its deadline.
+ */
+START_TEST(test_queue_destroy_keeps_reset_entries)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	static struct t_timer t[2];
+	struct kairos_stats s;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(q_arm(k, q, &t[i], T_MS, t_cb), 0);
+	q_settle(q);
+	/* Both wait untaken; reset withdraws them to a later deadline. */
+	ck_assert_int_eq(kairos_reset(k, t[0].id, 60 * T_SEC), 0);
+	ck_assert_int_eq(kairos_reset(k, t[1].id, 50 * T_MS), 0);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	ck_assert_uint_eq(s.drained, 0);
+	ck_assert_uint_eq(s.pending, 2);
+	/* One is cancelled while armed; the other ends unrun at its deadline. */
+	ck_assert_int_eq(kairos_cancel(k, t[0].id), 0);
+	{
+		uint64_t end = t_mono() + T_WAIT_MS * T_MS;
+
+		do {
+			ck_assert_int_eq(kairos_stats(k, &s), 0);
+			if (s.drained == 1)
+				break;
+			t_sleep_ms(5);
+		} while (t_mono() < end);
+	}
+	ck_assert_uint_eq(s.drained, 1);
+	ck_assert_uint_eq(s.cancelled, 1);
+	ck_assert_uint_eq(s.pending, 0);
+	ck_assert_int_eq(kairos_cancel(k, t[1].id), -ENOENT);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(t_int(&t[i].runs), 0);
+	t_destroy(k, KAIROS_DRAIN_NOTIFY, 0);
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	ck_assert_uint_eq(s.armed, s.fired + s.cancelled + s.drained + s.pending);
+}
+END_TEST
+
 START_TEST(test_queue_service_destroyed_first)
 {
 	enum { N = 30 };
@@ -930,6 +976,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_callback_calls_on_itself);
 	tcase_add_test(tc, test_queue_cancel_races_run_and_take);
 	tcase_add_test(tc, test_queue_destroy_with_entries);
+	tcase_add_test(tc, test_queue_destroy_keeps_reset_entries);
 	tcase_add_test(tc, test_queue_service_destroyed_first);
 	tcase_add_test(tc, test_queue_take_wakes_at_destroy);
 	tcase_add_test(tc, test_queue_opts_kinds);
