@@ -11,12 +11,16 @@
  * periodic timers in 100000 slots against a service with one shard per CPU
  * and a 1 ms tick.  Most timers are idle timeouts that are pushed later over
  * and over and then cancelled; some are short and fire; a few are periodic
- * and are stopped with cancel_sync.  While it runs it shows a live progress
- * line on a terminal (plain lines every few seconds otherwise); at the end
- * it destroys the service with KAIROS_DRAIN_NOTIFY, checks that every timer
- * ended exactly once and never early, cross-checks kairos_stats() against
- * its own tallies, and prints a report (also as JSON with --json, and as an
- * SVG with --plot).  It also watches for a service that stops delivering:
+ * and are stopped with cancel_sync.  A fifth of them are armed for two
+ * kairos queues, each drained by a thread of the tool's own with
+ * kairos_queue_run() and kairos_queue_take(), and checked against the same
+ * contract (--queues 0: the workers only).  While it runs it shows a live
+ * progress line on a terminal (plain lines every few seconds otherwise); at
+ * the end it destroys the queues (half of them before the service) and the
+ * service with KAIROS_DRAIN_NOTIFY, checks that every timer ended exactly
+ * once and never early, cross-checks kairos_stats() against its own
+ * tallies, and prints a report (also as JSON with --json, and as an SVG
+ * with --plot).  It also watches for a service that stops delivering:
  * a callback, a still-pending timer, or the whole service late by more than
  * --max-late is a violation.  Exit status: 0 when nothing was violated, 1
  * when something was, 2 for a bad command line or a service that cannot
@@ -88,6 +92,22 @@ static void usage(FILE *f)
 "      --rate=OPS          calls per second over all threads (default 0: as fast\n"
 "                          as they go)\n"
 "      --seed=N            seed of the generators (default: from the clock)\n"
+"      --queues=N          kairos queues (default 2; 0: every timer goes to the\n"
+"                          workers).  Each has a drainer thread that waits on its\n"
+"                          fd (poll) or in kairos_queue_take, runs callbacks with\n"
+"                          kairos_queue_run and takes entries with\n"
+"                          kairos_queue_take, in batches of 1..64, and pauses\n"
+"                          2..25 ms every 50..250 ms as a busy loop does, so that\n"
+"                          entries wait untaken; resets and cancels from the load\n"
+"                          threads race with all of it\n"
+"      --queue-share=PCT   share of arms, one-shot and periodic, that go to a\n"
+"                          queue (kairos_arm_opts; default 20).  A load thread\n"
+"                          arms mostly for one queue, as a loop thread does\n"
+"      --queue-destroy=WHEN  when kairos_queue_destroy is called: before\n"
+"                          kairos_destroy (what waits in a queue, or expires into\n"
+"                          it later, ends unrun, counted as drained), after it\n"
+"                          (all was drained with a callback: each returns 0), or\n"
+"                          mixed: the odd-numbered queues before (default)\n"
 "      --max-late=TIME     a callback later than this after its deadline, or a\n"
 "                          timer still due and not run that long when the load\n"
 "                          stops, is a violation: the service stalled (default\n"
@@ -112,9 +132,10 @@ static void usage(FILE *f)
 "  -h, --help              this text\n"
 "  -V, --version           the version\n"
 "\n"
-"Lateness is measured by the tool: callback start (the service clock) minus the\n"
-"clock read just before the arm or the last successful reset plus its delay; it\n"
-"includes the rounding up to a tick.\n");
+"Lateness is measured by the tool: callback start (the service clock; for an\n"
+"entry of kairos_queue_take, when the take returned) minus the clock read just\n"
+"before the arm or the last successful reset plus its delay; it includes the\n"
+"rounding up to a tick, and for a queue's timer the time its entry waited.\n");
 }
 
 enum {
@@ -135,6 +156,9 @@ enum {
 	OPT_MAX_LATE,
 	OPT_JSON,
 	OPT_PLOT,
+	OPT_QUEUES,
+	OPT_QUEUE_SHARE,
+	OPT_QUEUE_DESTROY,
 };
 
 static const struct option long_opts[] = {
@@ -157,6 +181,9 @@ static const struct option long_opts[] = {
 	{ "fill", required_argument, NULL, OPT_FILL },
 	{ "rate", required_argument, NULL, OPT_RATE },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "queues", required_argument, NULL, OPT_QUEUES },
+	{ "queue-share", required_argument, NULL, OPT_QUEUE_SHARE },
+	{ "queue-destroy", required_argument, NULL, OPT_QUEUE_DESTROY },
 	{ "interval", required_argument, NULL, OPT_INTERVAL },
 	{ "max-late", required_argument, NULL, OPT_MAX_LATE },
 	{ "quiet", no_argument, NULL, 'q' },
@@ -300,6 +327,9 @@ static void defaults(struct stress_config *c)
 	c->interval_s = 5;
 	c->max_late_ns = 5 * NS_PER_S;
 	c->seed = 0;
+	c->queues = 2;
+	c->queue_pct = 20;
+	c->queue_end = QE_MIXED;
 }
 
 /* Returns -1 to go on, else the exit status. */
@@ -413,6 +443,27 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 				return bad("--seed", optarg);
 			seeded = true;
 			break;
+		case OPT_QUEUES:
+			if (!parse_u64(optarg, 0, 64, &v))
+				return bad("--queues", optarg);
+			c->queues = (unsigned)v;
+			break;
+		case OPT_QUEUE_SHARE:
+			if (!parse_u64(optarg, 0, 100, &v))
+				return bad("--queue-share", optarg);
+			c->queue_pct = (unsigned)v;
+			break;
+		case OPT_QUEUE_DESTROY: {
+			unsigned e;
+
+			for (e = 0; e < 3; e++)
+				if (!strcmp(optarg, queue_end_names[e]))
+					break;
+			if (e == 3)
+				return bad("--queue-destroy", optarg);
+			c->queue_end = (enum queue_end)e;
+			break;
+		}
 		case OPT_INTERVAL:
 			if (!parse_time(optarg, NS_PER_S, &v) || v < 100 * NS_PER_MS)
 				return bad("--interval", optarg);
@@ -600,6 +651,15 @@ static uint64_t run_load(void)
 	line_ns = p.tty ? 250 * NS_PER_MS : (uint64_t)(S.cfg.interval_s * 1e9);
 	next_sample = p.t0 + NS_PER_S;
 	next_line = p.t0 + line_ns;
+	/* The drainers first: the fill arms for their queues. */
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		rc = pthread_create(&S.qd[i].thread, NULL, drain_main, &S.qd[i]);
+		if (rc) {
+			fprintf(stderr, "kairos-stress: pthread_create: %s\n", strerror(rc));
+			exit(2);
+		}
+		S.qd[i].started = true;
+	}
 	for (unsigned i = 0; i < S.cfg.threads; i++) {
 		rc = pthread_create(&S.th[i].thread, NULL, load_main, &S.th[i]);
 		if (rc) {
@@ -630,6 +690,9 @@ static uint64_t run_load(void)
 	atomic_store_explicit(&S.stop, 1, memory_order_relaxed);
 	for (unsigned i = 0; i < S.cfg.threads; i++)
 		pthread_join(S.th[i].thread, NULL);
+	/* No owner waits on them any more: the drainers wind down (see drain_main()). */
+	for (unsigned i = 0; i < S.cfg.queues; i++)
+		atomic_store_explicit(&S.qd[i].wind_down, 1, memory_order_release);
 	now = now_ns();
 	/* The last, partial second, unless it is too short to mean anything. */
 	if (now - p.sample_t > 100 * NS_PER_MS || !S.nsamples)
@@ -660,9 +723,20 @@ static void expect_shutdown(const char *call, int rc)
 			  rc, strerror(rc < 0 ? -rc : rc));
 }
 
+/* A queue that kairos_destroy() left alive (destroyed after it), or NULL. */
+static struct kairos_queue *queue_alive(void)
+{
+	for (unsigned i = 0; i < S.cfg.queues; i++)
+		if (!S.qd[i].destroy_first)
+			return S.qd[i].q;
+	return NULL;
+}
+
 static void check_after_destroy(void)
 {
 	kairos_id id = S.slots[0].id ? S.slots[0].id : 1, out = 0;
+	struct kairos_queue *q = queue_alive(), *nq = NULL;
+	struct kairos_expiry e;
 	const char *name;
 	uint64_t t;
 
@@ -675,6 +749,74 @@ static void check_after_destroy(void)
 	expect_shutdown("kairos_now", kairos_now(S.k, &t));
 	expect_shutdown("kairos_backend_info", kairos_backend_info(S.k, 0, &name, NULL));
 	expect_shutdown("kairos_destroy (a second time)", kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY));
+	expect_shutdown("kairos_queue_create", kairos_queue_create(S.k, &nq));
+	if (nq)
+		kairos_queue_destroy(nq);
+	if (q) {
+		struct kairos_timer_opts o = { .queue = q };
+
+		expect_shutdown("kairos_arm_opts (for a queue)",
+				kairos_arm_opts(S.k, NS_PER_MS, &o, never, NULL, &out));
+		expect_shutdown("kairos_queue_run", kairos_queue_run(q, 1));
+		expect_shutdown("kairos_queue_take", kairos_queue_take(q, &e, 1, 0));
+	}
+}
+
+/*
+ * Destroys the queues destroyed @first (before kairos_destroy()) or after
+ * it, once their drainers have returned.  Before, each returns how many
+ * entries waited; after, kairos_destroy() has drained every one: 0.
+ */
+static void queues_end(bool first)
+{
+	bool waited = false;
+
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		struct qdrainer *d = &S.qd[i];
+
+		if (d->destroy_first != first)
+			continue;
+		if (d->started)
+			pthread_join(d->thread, NULL);
+		d->started = false;
+		/*
+		 * A loop thread that has gone: its queue fills for a while
+		 * (short timers, periodic ones), and its destroy ends that.
+		 */
+		if (first && !waited) {
+			sleep_ns(30 * NS_PER_MS);
+			waited = true;
+		}
+		d->destroy_rc = kairos_queue_destroy(d->q);
+		if (d->destroy_rc < 0)
+			violation(V_QUEUE, "kairos_queue_destroy of queue %u returned %d (%s)", i,
+				  d->destroy_rc, strerror(-d->destroy_rc));
+		else if (!first && d->destroy_rc)
+			violation(V_QUEUE, "kairos_queue_destroy of queue %u after kairos_destroy"
+				  " returned %d: kairos_destroy ends every entry", i,
+				  d->destroy_rc);
+	}
+}
+
+/* Joins the drainers of the queues destroyed after kairos_destroy(). */
+static void queues_join(void)
+{
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		if (S.qd[i].started && !S.qd[i].destroy_first) {
+			pthread_join(S.qd[i].thread, NULL);
+			S.qd[i].started = false;
+		}
+	}
+}
+
+/* A start that failed: the queues made so far, then the service. */
+static void queues_abandon(void)
+{
+	for (unsigned i = 0; S.qd && i < S.cfg.queues; i++)
+		if (S.qd[i].q)
+			kairos_queue_destroy(S.qd[i].q);
+	free(S.qd);
+	S.qd = NULL;
 }
 
 static int start_service(void)
@@ -743,13 +885,21 @@ int main(int argc, char **argv)
 		kairos_destroy(S.k, KAIROS_DRAIN_DROP);
 		return 2;
 	}
+	rc = queues_setup();
+	if (rc) {
+		fprintf(stderr, "kairos-stress: kairos_queue_create: %s\n", strerror(-rc));
+		queues_abandon();
+		kairos_destroy(S.k, KAIROS_DRAIN_DROP);
+		return 2;
+	}
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	if (!S.cfg.quiet)
 		fprintf(stderr, "kairos-stress: %.1f s, %u threads, %" PRIu32 " timers, %u shards (%s),"
-			" seed %" PRIu64 "\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers,
-			S.nshards, S.nshards ? S.backends[0].name : "?", S.cfg.seed);
+			" %u queues, seed %" PRIu64 "\n", S.cfg.duration_s, S.cfg.threads,
+			S.cfg.timers, S.nshards, S.nshards ? S.backends[0].name : "?", S.cfg.queues,
+			S.cfg.seed);
 
 	S.elapsed_s = (double)run_load() / 1e9;
 	for (unsigned i = 0; i < S.cfg.threads; i++)
@@ -757,16 +907,24 @@ int main(int argc, char **argv)
 	kairos_stats(S.k, &S.live);
 	S.rss_load_kb = rss_kb("VmRSS:");
 
-	/* Every timer still pending is drained now, its callback called with -ECANCELED. */
+	/* What waits in the queues destroyed first ends unrun, counted as drained. */
+	queues_end(true);
+	/*
+	 * Every timer still pending is drained now, its callback called with
+	 * -ECANCELED, while the other queues' drainers still run and take.
+	 */
 	t = now_ns();
 	S.destroy_start = t;
+	atomic_store_explicit(&S.destroying, 1, memory_order_release);
 	S.destroy_rc = kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY);
 	S.destroy_ns = now_ns() - t;
 	if (S.destroy_rc < 0)
 		violation(V_API, "kairos_destroy returned %d (%s)", S.destroy_rc,
 			  strerror(-S.destroy_rc));
 	S.fin_rc = kairos_stats(S.k, &S.fin);
+	queues_join();
 	check_after_destroy();
+	queues_end(false);
 	load_final_sweep();
 	crosscheck();
 	check_stalls();

@@ -13,10 +13,12 @@
  * of slots, and is the only thread that arms, resets or cancels the timers
  * of its slots, so a slot's bookkeeping has a single writer except for what
  * the callback touches, which is atomic.  Callbacks run on the service's
- * worker threads (and, for drained timers, on the thread that destroys the
- * service); they count into striped counters so that they share no cache
- * line in the common case.  The main thread reads the live counters for the
- * progress line and everything else after it has joined the load threads.
+ * worker threads, on the drainer thread of a queue (kairos_queue_run(); a
+ * kairos_queue_take() entry is checked there as a callback would be), and,
+ * for drained timers, on the thread that destroys the service; they count
+ * into striped counters so that they share no cache line in the common
+ * case.  The main thread reads the live counters for the progress line and
+ * everything else after it has joined the load and drainer threads.
  */
 #ifndef KAIROS_STRESS_H
 #define KAIROS_STRESS_H
@@ -57,6 +59,7 @@ extern const char *const mix_names[M_N];
 enum api_call {
 	A_ARM,
 	A_ARM_EVERY,
+	A_ARM_OPTS,	/* a queue's timers, one-shot and periodic */
 	A_RESET,
 	A_CANCEL,
 	A_CANCEL_SYNC,
@@ -79,6 +82,15 @@ enum api_rc {
 struct range_ns {
 	uint64_t lo, hi;	/* inclusive */
 };
+
+/* When kairos_queue_destroy() is called, against kairos_destroy(). */
+enum queue_end {
+	QE_MIXED,	/* the odd-numbered queues before, the others after */
+	QE_BEFORE,	/* before: their waiting entries end unrun, counted as drained */
+	QE_AFTER,	/* after: kairos_destroy() drained them, so each returns 0 */
+};
+
+extern const char *const queue_end_names[3];
 
 struct stress_config {
 	double duration_s;
@@ -103,6 +115,9 @@ struct stress_config {
 	uint64_t rate;			/* ops/s over all threads; 0: as fast as possible */
 	uint64_t max_late_ns;		/* later than this is a stall: a violation */
 	uint64_t seed;
+	unsigned queues;		/* kairos_queue's, each with a drainer thread */
+	unsigned queue_pct;		/* share of arms (one-shot and periodic) for a queue */
+	enum queue_end queue_end;	/* when the queues are destroyed */
 	double interval_s;		/* progress lines when stderr is not a terminal */
 	bool quiet;
 	const char *json_path;
@@ -154,6 +169,7 @@ enum viol {
 	V_STALL,	/* a timer ran, or was still due and not run, --max-late after its deadline */
 	V_COUNTERS,	/* kairos_stats() disagrees with the tool's own tallies */
 	V_API,		/* calls after kairos_destroy(), kairos_backend_info() */
+	V_QUEUE,	/* a queue's delivery: wrong thread or queue, counts of run/take */
 	V_N
 };
 
@@ -216,10 +232,18 @@ struct slot {
 	_Atomic uint64_t period;
 	_Atomic uint64_t covered;	/* periodic: periods covered by its calls so far */
 	_Atomic uint64_t start_ns;	/* one-shot: when its callback started */
+	_Atomic uint64_t taken_ns;	/* one-shot, taken: the deadline the entry carried */
 	_Atomic uint32_t runs;		/* calls with status > 0 */
 	_Atomic uint32_t drains;	/* calls with -ECANCELED */
 	_Atomic uint32_t done;		/* one-shot: its callback has returned (release) */
 	_Atomic uint32_t running;	/* a call is in progress */
+	/*
+	 * The queue the timer was armed for, plus 1; 0: the service's
+	 * workers.  Written by the owner before the release of @cur, read by
+	 * callbacks after their acquire of it (atomic only so that a
+	 * callback of an ended epoch may read it while the owner rewrites it).
+	 */
+	_Atomic uint32_t qno;
 	/*
 	 * Periodic: odd while the owner resets the timer, when the schedule
 	 * (t0, covered) is unknown to a call; the owner rewrites t0 and
@@ -245,6 +269,12 @@ struct tally {
 	uint64_t late_pending_max;	/* the most overdue of those (ns) */
 	uint64_t checked;	/* timers whose end the identity was checked for */
 	uint64_t stale;		/* calls made on ids of ended timers */
+	uint64_t arms_queue;	/* arms for a queue, one-shot and periodic */
+	uint64_t qunrun;	/* queue timers that ended unrun: their queue was destroyed */
+	uint64_t qwithdrawn;	/* one-shot queue timers reset (0) over a tick past due */
+	uint64_t qpaused;	/* resets and cancels made while their drainer was paused */
+	uint64_t qpaused_due;	/* of those, on one-shot timers over a tick past due */
+	uint64_t qfences;	/* waits for a drainer to finish checking what it took */
 };
 
 /* One load thread. */
@@ -280,6 +310,50 @@ struct cb_stripe {
 	struct lhist late;		/* periodic lateness, measured in the callback */
 } __attribute__((aligned(ST_ALIGN)));
 
+/* ---- queues ------------------------------------------------------------- */
+
+#define QTAKE_MAX	64	/* entries per kairos_queue_take() */
+
+/*
+ * One queue and its drainer thread, which alone runs and takes from it, so
+ * that the entries of a periodic timer are checked one at a time, in order.
+ * kairos_queue_take() ends a one-shot timer (and sends a periodic one on to
+ * its next period) when it hands the entry out, before the drainer has
+ * checked it: an owner whose conclusions need that check to be done waits
+ * for an odd @tseq to change (queue_fence()).  While @pause is odd the
+ * drainer calls nothing: an owner that sees the same odd value before and
+ * after a call knows that no entry of the queue was run or taken meanwhile.
+ */
+struct qdrainer {
+	/* Read by the owners: a line of their own. */
+	_Atomic uint32_t tseq __attribute__((aligned(ST_ALIGN)));
+	_Atomic uint32_t pause;
+
+	/* Read live by the main thread (single writer: the drainer). */
+	_Atomic uint64_t run_calls __attribute__((aligned(ST_ALIGN)));
+	_Atomic uint64_t take_calls;
+	_Atomic uint64_t run_oneshot, run_periodic;	/* callbacks its runs made */
+	_Atomic uint64_t take_oneshot, take_periodic;	/* entries its takes handed out */
+	_Atomic uint64_t drained;	/* -ECANCELED calls of its timers (at destroy) */
+
+	/* The drainer's; the main thread reads them after the join. */
+	struct kairos_queue *q __attribute__((aligned(ST_ALIGN)));
+	pthread_t thread;
+	bool started;
+	unsigned no;
+	int shard;
+	bool destroy_first;		/* destroyed before kairos_destroy() */
+	_Atomic int wind_down;		/* set by the main thread when the load has stopped */
+	uint64_t rng;
+	uint64_t run_cb;		/* on_timer calls in the current run (this thread) */
+	uint64_t run_empty, take_empty;	/* calls that found nothing */
+	uint64_t polls, polls_ready;	/* poll() on the queue's fd, and how many saw POLLIN */
+	uint64_t pauses, paused_ns;
+	int destroy_rc;			/* kairos_queue_destroy() */
+	uint64_t unrun;			/* its timers that ended unrun (the final sweep) */
+	struct kairos_expiry out[QTAKE_MAX];
+};
+
 /* ---- the run ------------------------------------------------------------ */
 
 /* One sample a second, for the report's series, --json and --plot. */
@@ -306,6 +380,7 @@ struct stress {
 	struct slot *slots;
 	struct lthread *th;
 	struct cb_stripe cb[CB_STRIPES];
+	struct qdrainer *qd;		/* cfg.queues of them */
 	_Atomic int stop;		/* load threads stop when set */
 	_Atomic unsigned started;	/* load threads that have finished their fill */
 
@@ -313,6 +388,7 @@ struct stress {
 	double elapsed_s;		/* load phase */
 	uint64_t destroy_ns;
 	uint64_t destroy_start;		/* service clock when kairos_destroy was called */
+	_Atomic int destroying;		/* set before kairos_destroy: -ESHUTDOWN expected */
 	int destroy_rc;
 	struct kairos_stats live;	/* kairos_stats() when the load stopped */
 	struct kairos_stats fin;	/* kairos_stats() after kairos_destroy() */
@@ -333,6 +409,8 @@ extern struct stress S;
 /* stress_load.c */
 int load_setup(void);
 void *load_main(void *arg);
+int queues_setup(void);
+void *drain_main(void *arg);
 void load_final_sweep(void);
 void on_timer(void *arg, kairos_id id, int status);
 uint64_t now_ns(void);
@@ -346,7 +424,7 @@ struct xcheck {
 	bool ok;
 };
 
-#define XCHECKS_MAX	16
+#define XCHECKS_MAX	24
 extern struct xcheck xchecks[XCHECKS_MAX];
 extern unsigned nxchecks;
 

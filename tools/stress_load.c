@@ -26,9 +26,27 @@
  *    know it (0 from a call on an ended timer is a violation; -ENOENT from
  *    cancel means the callback has returned; -EBUSY never comes from a
  *    one-shot reset; ...).
+ *
+ * A share of the timers (--queue-share) is armed for kairos queues instead
+ * of the workers.  Each queue has a drainer thread that alternates
+ * kairos_queue_run(), whose callbacks are on_timer() as on a worker, and
+ * kairos_queue_take(), whose entries it checks the same way (and against
+ * the deadline the entry carries), and now and then pauses, as a busy event
+ * loop does, so that entries wait untaken.  On top of the checks above:
+ *  - a queue's timer is delivered only by its own queue's run or take, and
+ *    a worker's timer never by a queue;
+ *  - a run returns the number of callbacks it made;
+ *  - while the drainer is paused (it calls nothing), a reset or cancel of a
+ *    one-shot timer that has not run must return 0: pending, or expired and
+ *    waiting untaken (withdrawn and armed again, or cancelled);
+ *  - at the end, a queue destroyed before kairos_destroy() ends what waits
+ *    in it (and what expires into it later) unrun, counted as drained; one
+ *    destroyed after has nothing left (kairos_destroy() drained it).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +64,7 @@ const char *const mix_names[M_N] = {
 const char *const api_names[A_N] = {
 	[A_ARM] = "kairos_arm",
 	[A_ARM_EVERY] = "kairos_arm_every",
+	[A_ARM_OPTS] = "kairos_arm_opts",
 	[A_RESET] = "kairos_reset",
 	[A_CANCEL] = "kairos_cancel",
 	[A_CANCEL_SYNC] = "kairos_cancel_sync",
@@ -65,6 +84,13 @@ const char *const viol_names[V_N] = {
 	[V_STALL] = "timer late by more than --max-late (ran that late, or due and not run)",
 	[V_COUNTERS] = "library counters disagree with the tool's tallies",
 	[V_API] = "API contract (after destroy, backend info)",
+	[V_QUEUE] = "queue delivery (wrong thread or queue, run/take counts, destroy)",
+};
+
+const char *const queue_end_names[3] = {
+	[QE_MIXED] = "mixed",
+	[QE_BEFORE] = "before",
+	[QE_AFTER] = "after",
 };
 
 struct viol_class viols[V_N];
@@ -226,13 +252,63 @@ static void slow_sleep(void)
 	nanosleep(&ts, NULL);
 }
 
-/*
- * on_timer - the callback of every timer: cheap, a handful of atomics on the
- * timer's own slot and on the calling thread's stripe.
- */
-void on_timer(void *arg, kairos_id id, int status)
+/* The drainer whose thread this is; NULL on every other thread. */
+static _Thread_local struct qdrainer *tl_drainer;
+
+static const char *via_name(const struct kairos_expiry *taken)
 {
-	uint64_t now = now_ns();
+	return taken ? "kairos_queue_take" : "kairos_queue_run";
+}
+
+/*
+ * A call with status > 0 must come from where the timer was armed for: a
+ * queue's timer from its own queue's run or take, a worker's timer from a
+ * worker.  The drainer counts what its runs and takes delivered.
+ */
+static void check_route(struct slot *s, uint32_t idx, kairos_id id, bool periodic,
+			struct qdrainer *via, const struct kairos_expiry *taken)
+{
+	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+
+	if (!via && qno)
+		violation(V_QUEUE, "slot %" PRIu32 ": timer %#" PRIx64 " of queue %" PRIu32
+			  " called by a thread that is not in kairos_queue_run", idx, id, qno - 1);
+	else if (via && !qno)
+		violation(V_QUEUE, "slot %" PRIu32 ": worker timer %#" PRIx64 " delivered by %s"
+			  " of queue %u", idx, id, via_name(taken), via->no);
+	else if (via && qno != via->no + 1)
+		violation(V_QUEUE, "slot %" PRIu32 ": timer %#" PRIx64 " of queue %" PRIu32
+			  " delivered by %s of queue %u", idx, id, qno - 1, via_name(taken),
+			  via->no);
+	if (!via)
+		return;
+	/* Single writer (this thread); the main thread reads them live. */
+	if (taken && periodic)
+		atomic_store_explicit(&via->take_periodic, via->take_periodic + 1,
+				      memory_order_relaxed);
+	else if (taken)
+		atomic_store_explicit(&via->take_oneshot, via->take_oneshot + 1,
+				      memory_order_relaxed);
+	else if (periodic)
+		atomic_store_explicit(&via->run_periodic, via->run_periodic + 1,
+				      memory_order_relaxed);
+	else
+		atomic_store_explicit(&via->run_oneshot, via->run_oneshot + 1,
+				      memory_order_relaxed);
+}
+
+/*
+ * deliver - checks one call of a timer: a callback on a worker, one that
+ * kairos_queue_run() makes on the drainer @via, or an entry that
+ * kairos_queue_take() handed out to @via (@taken).  @now is when it
+ * started: for a taken entry, when the take returned, so its never-early
+ * check is the weaker one; the deadline the entry carries is checked too.
+ * Cheap: a handful of atomics on the timer's own slot and on the calling
+ * thread's stripe.
+ */
+static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qdrainer *via,
+		    const struct kairos_expiry *taken)
+{
 	uint64_t a = (uint64_t)(uintptr_t)arg;
 	uint32_t idx = (uint32_t)a, epoch = (uint32_t)(a >> 32);
 	struct slot *s = &S.slots[idx];
@@ -249,8 +325,15 @@ void on_timer(void *arg, kairos_id id, int status)
 	if (id != s->id)
 		violation(V_CALLBACK, "slot %" PRIu32 ": callback got id %#" PRIx64
 			  ", the arm returned %#" PRIx64, idx, id, s->id);
-	if (status == -ECANCELED) {
+	if (status == -ECANCELED && !taken) {
+		uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+
 		atomic_fetch_add_explicit(&cs->drained, 1, memory_order_relaxed);
+		if (qno)
+			atomic_fetch_add_explicit(&S.qd[qno - 1].drained, 1, memory_order_relaxed);
+		if (via)
+			violation(V_QUEUE, "slot %" PRIu32 ": kairos_queue_run of queue %u called"
+				  " timer %#" PRIx64 " with -ECANCELED", idx, via->no, id);
 		if (atomic_fetch_add_explicit(&s->drains, 1, memory_order_relaxed))
 			violation(V_LOST, "slot %" PRIu32 ": timer %#" PRIx64 " drained twice",
 				  idx, id);
@@ -266,13 +349,22 @@ void on_timer(void *arg, kairos_id id, int status)
 	} else {
 		atomic_fetch_add_explicit(&cs->oneshot, 1, memory_order_relaxed);
 	}
+	check_route(s, idx, id, periodic, via, taken);
 	if (status < 1 || (!periodic && status != 1))
-		violation(V_CALLBACK, "slot %" PRIu32 ": %s timer %#" PRIx64 " called with status %d",
-			  idx, periodic ? "periodic" : "one-shot", id, status);
+		violation(V_CALLBACK, "slot %" PRIu32 ": %s timer %#" PRIx64 " %s with status %d",
+			  idx, periodic ? "periodic" : "one-shot", id,
+			  taken ? "taken" : "called", status);
+	if (taken && taken->fn != on_timer)
+		violation(V_QUEUE, "slot %" PRIu32 ": entry of timer %#" PRIx64 " taken with a"
+			  " callback that is not its arm's", idx, id);
+	if (taken && taken->deadline_ns > now)
+		violation(V_QUEUE, "slot %" PRIu32 ": entry of timer %#" PRIx64 " taken with a"
+			  " deadline %" PRIu64 " ns after the take returned", idx, id,
+			  taken->deadline_ns - now);
 	if (cur & (F_CANCELLED | F_NO_START))
 		violation(cur & F_CANCELLED ? V_AFTER_CANCEL : V_AFTER_STOP,
-			  "slot %" PRIu32 ": %s timer %#" PRIx64 " started after %s", idx,
-			  periodic ? "periodic" : "one-shot", id,
+			  "slot %" PRIu32 ": %s timer %#" PRIx64 " %s after %s", idx,
+			  periodic ? "periodic" : "one-shot", id, taken ? "taken" : "started",
 			  cur & F_CANCELLED ? "a cancel returned 0" : "cancel_sync returned");
 	/* Acquire pairs with the release of the previous call's end. */
 	if (atomic_exchange_explicit(&s->running, 1, memory_order_acquire))
@@ -285,9 +377,13 @@ void on_timer(void *arg, kairos_id id, int status)
 	 */
 	if (atomic_fetch_add_explicit(&s->runs, 1, memory_order_release) && !periodic)
 		violation(V_TWICE, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " ran twice", idx, id);
-	if (cur & F_SLOW)
+	/* A taken entry has ended (or gone on) already: sleeping holds up nothing. */
+	if ((cur & F_SLOW) && !taken)
 		slow_sleep();
 	if (!periodic) {
+		if (taken)
+			atomic_store_explicit(&s->taken_ns, taken->deadline_ns,
+					      memory_order_relaxed);
 		atomic_store_explicit(&s->start_ns, now, memory_order_relaxed);
 		atomic_store_explicit(&s->running, 0, memory_order_relaxed);
 		/* Release: start_ns and runs before the owner sees done. */
@@ -299,7 +395,9 @@ void on_timer(void *arg, kairos_id id, int status)
 	 * owner resets the timer (odd), this call may belong to the old
 	 * schedule or the new one: it is neither checked nor counted, which
 	 * only weakens later checks.  A reset cannot succeed while this call
-	 * runs, so the schedule does not change under it.
+	 * runs, so the schedule does not change under it (a taken entry's
+	 * timer has gone on already, but the owner waits for the drainer's
+	 * check before it makes the schedule known again: queue_fence()).
 	 */
 	if (atomic_load_explicit(&s->sched, memory_order_acquire) & 1) {
 		atomic_store_explicit(&s->running, 0, memory_order_release);
@@ -323,12 +421,31 @@ void on_timer(void *arg, kairos_id id, int status)
 		if (now - first > S.cfg.max_late_ns)
 			stall(idx, id, "periodic", now - first);
 	}
+	/* The entry's deadline is its first period's: not before the tool's bound of it. */
+	if (taken && taken->deadline_ns < first) {
+		char early[32];
+
+		fmt_ns(early, sizeof(early), first - taken->deadline_ns);
+		violation(V_EARLY, "slot %" PRIu32 ": periodic timer %#" PRIx64 " taken with the"
+			  " deadline of period %" PRIu64 " %s before it", idx, id, c + 1, early);
+	}
 	if (status > 0) {
 		atomic_store_explicit(&s->covered, c + (uint64_t)status, memory_order_relaxed);
 		atomic_fetch_add_explicit(&cs->periods, (uint64_t)status, memory_order_relaxed);
 	}
 	/* Release: this call's effects before the next call (or cancel_sync) sees it ended. */
 	atomic_store_explicit(&s->running, 0, memory_order_release);
+}
+
+/* The callback of every timer, on a worker, in a queue's run, or drained. */
+void on_timer(void *arg, kairos_id id, int status)
+{
+	uint64_t now = now_ns();
+
+	/* Counted first: a run's return must match the calls it made, stale ones too. */
+	if (tl_drainer)
+		tl_drainer->run_cb++;
+	deliver(arg, id, status, now, tl_drainer, NULL);
 }
 
 /* ---- a thread's lists ---------------------------------------------------- */
@@ -399,18 +516,27 @@ static void check_run(struct lthread *t, uint32_t idx)
 	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_relaxed);
 	uint32_t drains = atomic_load_explicit(&s->drains, memory_order_relaxed);
 	uint64_t start = atomic_load_explicit(&s->start_ns, memory_order_relaxed);
+	uint64_t taken = atomic_load_explicit(&s->taken_ns, memory_order_relaxed);
 
 	if (runs != 1 || drains)
 		violation(V_LOST, "slot %" PRIu32 ": one-shot timer %#" PRIx64
 			  " ended %" PRIu32 " times by running and %" PRIu32 " by draining",
 			  idx, s->id, runs, drains);
+	if (taken && taken < s->bound) {
+		char early[32];
+
+		fmt_ns(early, sizeof(early), s->bound - taken);
+		violation(V_EARLY, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " taken with a"
+			  " deadline %s before the deadline of its last successful arm/reset",
+			  idx, s->id, early);
+	}
 	if (start < s->bound) {
 		char early[32];
 
 		fmt_ns(early, sizeof(early), s->bound - start);
 		violation(V_EARLY, "slot %" PRIu32 ": one-shot timer %#" PRIx64
-			  " started %s before the deadline of its last successful arm/reset",
-			  idx, s->id, early);
+			  " %s %s before the deadline of its last successful arm/reset",
+			  idx, s->id, taken ? "taken (the take returned)" : "started", early);
 	} else {
 		lhist_add(&t->late, start - s->bound);
 		if (start - s->bound > S.cfg.max_late_ns)
@@ -421,7 +547,10 @@ static void check_run(struct lthread *t, uint32_t idx)
 /*
  * A reset or cancel returned 0 at @now for timer @idx, due at @due: it was
  * still pending.  Past its deadline by more than a tick, the service is
- * behind; by more than --max-late, it has stalled.
+ * behind; by more than --max-late, it has stalled.  A queue's timer that
+ * is past its deadline most likely waits in its queue, untaken, while its
+ * drainer lags: not the service's delay, and not counted, but a stall all
+ * the same beyond --max-late.
  */
 static void pending_late(struct lthread *t, uint32_t idx, const char *call, uint64_t now,
 			 uint64_t due)
@@ -432,6 +561,15 @@ static void pending_late(struct lthread *t, uint32_t idx, const char *call, uint
 	if (now <= due + S.cfg.tick_ns)
 		return;
 	late = now - due;
+	if (atomic_load_explicit(&S.slots[idx].qno, memory_order_relaxed)) {
+		if (late > S.cfg.max_late_ns) {
+			fmt_ns(buf, sizeof(buf), late);
+			violation(V_STALL, "slot %" PRIu32 ": %s returned 0 for queue timer %#"
+				  PRIx64 " %s after its deadline: not run nor taken", idx, call,
+				  S.slots[idx].id, buf);
+		}
+		return;
+	}
 	t->t.late_pending++;
 	atomic_store_explicit(&t->late_pending, t->t.late_pending, memory_order_relaxed);
 	if (late > t->t.late_pending_max)
@@ -490,8 +628,8 @@ static void reap(struct lthread *t, uint32_t idx)
 
 /* ---- the operations --------------------------------------------------------- */
 
-/* Resets a slot's shared words for a new timer of epoch @epoch. */
-static uint32_t slot_prepare(struct slot *s, bool periodic, bool slow)
+/* Resets a slot's shared words for a new timer of epoch @epoch, for queue @qno - 1 or workers. */
+static uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
 {
 	uint64_t old = atomic_load_explicit(&s->cur, memory_order_relaxed);
 	uint32_t epoch = cur_epoch(old) + 1;
@@ -502,6 +640,8 @@ static uint32_t slot_prepare(struct slot *s, bool periodic, bool slow)
 	atomic_store_explicit(&s->running, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->covered, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->start_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->taken_ns, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->qno, qno, memory_order_relaxed);
 	/* Release: the words above before a stale callback can see the new epoch. */
 	atomic_store_explicit(&s->cur, (uint64_t)epoch << 32 |
 			      (uint64_t)s->last_end << F_PREV_SHIFT |
@@ -510,19 +650,45 @@ static uint32_t slot_prepare(struct slot *s, bool periodic, bool slow)
 	return epoch;
 }
 
+/*
+ * The queue a new timer is armed for, plus 1, or 0 for the workers.  A load
+ * thread mostly uses one queue, as a loop thread arms for its own; now and
+ * then another, which moves it to that queue's shard.
+ */
+static uint32_t pick_queue(struct lthread *t)
+{
+	if (!S.cfg.queues || rng_below(&t->rng, 100) >= S.cfg.queue_pct)
+		return 0;
+	if (rng_below(&t->rng, 8))
+		return t->no % S.cfg.queues + 1;
+	return rng_below(&t->rng, S.cfg.queues) + 1;
+}
+
 static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 {
 	struct slot *s = &S.slots[idx];
 	uint64_t delay = rng_range(&t->rng, shorty ? &S.cfg.shorts : &S.cfg.idle), before;
-	uint32_t epoch = slot_prepare(s, false, shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct);
+	uint32_t qno = pick_queue(t);
+	uint32_t epoch = slot_prepare(s, false, shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct,
+				      qno);
+	struct kairos_timer_opts o = { 0 };
 	int rc;
 
+	if (qno) {
+		o.queue = S.qd[qno - 1].q;
+		/* An idle timeout now and then with a tenth of slack: still never early. */
+		if (!shorty && !rng_below(&t->rng, 4))
+			o.slack_ns = delay / 10;
+	}
 	before = service_now();
-	rc = kairos_arm(S.k, delay, on_timer, slot_arg(idx, epoch), &s->id);
-	count(t, A_ARM, rc);
+	if (qno)
+		rc = kairos_arm_opts(S.k, delay, &o, on_timer, slot_arg(idx, epoch), &s->id);
+	else
+		rc = kairos_arm(S.k, delay, on_timer, slot_arg(idx, epoch), &s->id);
+	count(t, qno ? A_ARM_OPTS : A_ARM, rc);
 	if (rc) {
-		violation(V_RC, "kairos_arm(%" PRIu64 " ns) returned %d (%s)", delay, rc,
-			  strerror(-rc));
+		violation(V_RC, "%s(%" PRIu64 " ns) returned %d (%s)",
+			  qno ? "kairos_arm_opts" : "kairos_arm", delay, rc, strerror(-rc));
 		s->last_end = E_NONE;
 		fq_push(t, idx);
 		return;
@@ -532,23 +698,32 @@ static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 	s->bound = before + delay;
 	list_add(t->live, &t->nlive, idx);
 	t->t.arms++;
+	t->t.arms_queue += qno != 0;
 }
 
 static void arm_periodic(struct lthread *t, uint32_t idx)
 {
 	struct slot *s = &S.slots[idx];
 	uint64_t period = rng_range(&t->rng, &S.cfg.period), before;
-	uint32_t epoch = slot_prepare(s, true, rng_below(&t->rng, 100) < S.cfg.slow_pct);
+	uint32_t qno = pick_queue(t);
+	uint32_t epoch = slot_prepare(s, true, rng_below(&t->rng, 100) < S.cfg.slow_pct, qno);
+	struct kairos_timer_opts o = { .period_ns = period };
 	int rc;
 
 	before = service_now();
 	atomic_store_explicit(&s->t0, before, memory_order_relaxed);
 	atomic_store_explicit(&s->period, period, memory_order_relaxed);
-	rc = kairos_arm_every(S.k, period, on_timer, slot_arg(idx, epoch), &s->id);
-	count(t, A_ARM_EVERY, rc);
+	if (qno) {
+		/* The first run a period from now, as kairos_arm_every()'s. */
+		o.queue = S.qd[qno - 1].q;
+		rc = kairos_arm_opts(S.k, period, &o, on_timer, slot_arg(idx, epoch), &s->id);
+	} else {
+		rc = kairos_arm_every(S.k, period, on_timer, slot_arg(idx, epoch), &s->id);
+	}
+	count(t, qno ? A_ARM_OPTS : A_ARM_EVERY, rc);
 	if (rc) {
-		violation(V_RC, "kairos_arm_every(%" PRIu64 " ns) returned %d (%s)", period, rc,
-			  strerror(-rc));
+		violation(V_RC, "%s(period %" PRIu64 " ns) returned %d (%s)",
+			  qno ? "kairos_arm_opts" : "kairos_arm_every", period, rc, strerror(-rc));
 		s->last_end = E_NONE;
 		fq_push(t, idx);
 		return;
@@ -560,6 +735,7 @@ static void arm_periodic(struct lthread *t, uint32_t idx)
 	list_add(t->per, &t->nper, idx);
 	t->t.arms++;
 	t->t.arms_periodic++;
+	t->t.arms_queue += qno != 0;
 }
 
 /* A call on the id of a timer that has ended: -ENOENT and nothing else. */
@@ -593,22 +769,98 @@ static void stale_op(struct lthread *t, uint32_t idx, enum api_call a)
 			  idx, api_names[a], s->id, rc, strerror(-rc));
 }
 
+/*
+ * queue_fence - waits until the drainer of queue @qno - 1 (0: none) has
+ * checked what its take in progress handed out.  A take ends a one-shot
+ * timer, or sends a periodic one on, before the drainer checks the entry:
+ * an owner told that the timer ran (-ENOENT, -EBUSY) or that a periodic
+ * timer is between runs (a cancel's or a reset's 0) waits here before it
+ * looks at what the check records.  The library's own ordering carries
+ * the odd @tseq, stored before the take, to the owner's call that saw
+ * the take's effect.
+ */
+static void queue_fence(struct lthread *t, uint32_t qno)
+{
+	struct qdrainer *d;
+	uint64_t until = 0;
+	uint32_t seq;
+
+	if (!qno)
+		return;
+	d = &S.qd[qno - 1];
+	/* Acquire: what the drainer checked before it made @tseq even. */
+	seq = atomic_load_explicit(&d->tseq, memory_order_acquire);
+	if (!(seq & 1))
+		return;
+	t->t.qfences++;
+	while (atomic_load_explicit(&d->tseq, memory_order_acquire) == seq) {
+		uint64_t now = now_ns();
+
+		if (!until) {
+			until = now + S.cfg.max_late_ns;
+		} else if (now > until) {
+			violation(V_STALL, "queue %u: its drainer spent over --max-late in one"
+				  " kairos_queue_take and the checks of what it took", d->no);
+			return;
+		}
+		sched_yield();
+	}
+}
+
+/* Queue @qno - 1's drainer pause word (0 for a worker's timer): odd while it calls nothing. */
+static uint32_t queue_pause(uint32_t qno)
+{
+	/* seq_cst: read after the call it brackets (see struct qdrainer). */
+	return qno ? atomic_load_explicit(&S.qd[qno - 1].pause, memory_order_seq_cst) : 0;
+}
+
+/*
+ * A reset or cancel of queue timer @idx made while its drainer was paused
+ * (@p1 odd before the call, unchanged after it): no entry of the queue was
+ * run or taken meanwhile, so a timer that had not run by @p1 was pending
+ * or waits untaken, and the call must return 0.
+ */
+static bool paused_call(struct lthread *t, uint32_t idx, uint32_t p1, uint64_t before,
+			uint64_t due)
+{
+	struct slot *s = &S.slots[idx];
+
+	if (!(p1 & 1) || queue_pause(atomic_load_explicit(&s->qno, memory_order_relaxed)) != p1)
+		return false;
+	t->t.qpaused++;
+	if (s->kind == K_ONESHOT && before > due + S.cfg.tick_ns)
+		t->t.qpaused_due++;
+	return true;
+}
+
 static void reset_oneshot(struct lthread *t, uint32_t idx)
 {
 	struct slot *s = &S.slots[idx];
 	uint64_t delay = rng_range(&t->rng, (s->oflags & O_SHORT) ? &S.cfg.shorts : &S.cfg.idle);
+	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+	/* Before runs: a run seen paused was made before the pause. */
+	uint32_t p1 = queue_pause(qno);
 	/* Acquire pairs with the callback's increment: a run seen here came first. */
 	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
 	uint64_t before = service_now();
 	int rc = kairos_reset(S.k, s->id, delay);
 
 	count(t, A_RESET, rc);
+	if (qno && paused_call(t, idx, p1, before, s->bound) && rc &&
+	    !runs && !(s->oflags & O_FIRING))
+		violation(V_RC, "slot %" PRIu32 ": kairos_reset of one-shot queue timer %#" PRIx64
+			  " returned %d while its queue's drainer was paused: pending, or expired"
+			  " and waiting untaken (withdrawn and armed again), it must return 0",
+			  idx, s->id, rc);
 	switch (rc) {
 	case 0:
 		if (runs || (s->oflags & O_FIRING))
 			violation(V_RC, "slot %" PRIu32 ": kairos_reset of one-shot timer %#" PRIx64
 				  " returned 0 after %s", idx, s->id,
 				  runs ? "its callback started" : "an earlier call said it was firing");
+		/* Past its deadline, a queue's timer most likely waited untaken: withdrawn. */
+		if (qno && before > s->bound + S.cfg.tick_ns)
+			t->t.qwithdrawn++;
 		pending_late(t, idx, "kairos_reset", before, s->bound);
 		s->bound = before + delay;
 		break;
@@ -626,11 +878,21 @@ static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
 {
 	struct slot *s = &S.slots[idx];
 	const char *fn = sync ? "kairos_cancel_sync" : "kairos_cancel";
+	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+	uint32_t p1 = queue_pause(qno);
 	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
 	uint64_t before = now_ns();
 	int rc = sync ? kairos_cancel_sync(S.k, s->id) : kairos_cancel(S.k, s->id);
 
 	count(t, sync ? A_CANCEL_SYNC : A_CANCEL, rc);
+	if (qno && paused_call(t, idx, p1, before, s->bound) && rc &&
+	    !runs && !(s->oflags & O_FIRING))
+		violation(V_RC, "slot %" PRIu32 ": %s of one-shot queue timer %#" PRIx64
+			  " returned %d while its queue's drainer was paused: pending, or expired"
+			  " and waiting untaken, it must return 0", idx, fn, s->id, rc);
+	/* Told that it ran: a take's check may still be under way. */
+	if (rc == -ENOENT || (rc == -EBUSY && sync))
+		queue_fence(t, qno);
 	switch (rc) {
 	case 0:
 		if (runs)
@@ -683,11 +945,23 @@ static void stop_periodic(struct lthread *t, uint32_t idx, bool sync)
 	struct slot *s = &S.slots[idx];
 	const char *fn = sync ? "kairos_cancel_sync" : "kairos_cancel";
 	bool stopping = s->oflags & O_STOPPING;
+	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+	uint32_t p1 = queue_pause(qno);
 	uint64_t due = periodic_due(s), before = now_ns();
 	int rc = sync ? kairos_cancel_sync(S.k, s->id) : kairos_cancel(S.k, s->id);
 	uint32_t runs;
 
 	count(t, sync ? A_CANCEL_SYNC : A_CANCEL, rc);
+	if (qno && paused_call(t, idx, p1, before, due) && rc && !stopping)
+		violation(V_RC, "slot %" PRIu32 ": %s of periodic queue timer %#" PRIx64
+			  " returned %d while its queue's drainer was paused: nothing can be"
+			  " running, it must return 0", idx, fn, s->id, rc);
+	/*
+	 * Whatever it says, what a take handed out before must be checked
+	 * first: it may not have been, and would then look like a run after
+	 * the cancel, or run concurrently with nothing.
+	 */
+	queue_fence(t, qno);
 	switch (rc) {
 	case 0:
 		pending_late(t, idx, fn, before, due);
@@ -844,6 +1118,8 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 		violation(V_RC, "slot %" PRIu32 ": kairos_reset of periodic timer %#" PRIx64
 			  " returned %d (%s)", idx, s->id, rc, strerror(-rc));
 	}
+	/* An entry of the old schedule that a take handed out is checked (unchecked) first. */
+	queue_fence(t, atomic_load_explicit(&s->qno, memory_order_relaxed));
 	/* Release: t0 and covered before a call can see the schedule known again. */
 	atomic_store_explicit(&s->sched, seq + 2, memory_order_release);
 	/* The next reset after 2..20 periods: it should run in between. */
@@ -1012,7 +1288,245 @@ int load_setup(void)
 	return 0;
 }
 
+/* ---- the queues' drainers ----------------------------------------------------- */
+
+static void sleep_for(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* A run or take failed with @rc: -ESHUTDOWN is the end once kairos_destroy has begun. */
+static int drainer_failed(struct qdrainer *d, const char *fn, int rc)
+{
+	if (rc == -ESHUTDOWN && atomic_load_explicit(&S.destroying, memory_order_acquire))
+		return rc;
+	violation(V_RC, "queue %u: %s returned %d (%s)", d->no, fn, rc, strerror(-rc));
+	/* Not a loop of failures: the load goes on, the violation stands. */
+	sleep_for(NS_PER_MS);
+	return rc;
+}
+
+/* Runs up to @max callbacks, and checks that the count returned is the count made. */
+static int drainer_run(struct qdrainer *d, unsigned max)
+{
+	int rc;
+
+	d->run_cb = 0;
+	rc = kairos_queue_run(d->q, max);
+	atomic_store_explicit(&d->run_calls, d->run_calls + 1, memory_order_relaxed);
+	if (rc < 0)
+		return drainer_failed(d, "kairos_queue_run", rc);
+	if ((unsigned)rc > max || (uint64_t)rc != d->run_cb)
+		violation(V_QUEUE, "queue %u: kairos_queue_run(max %u) returned %d, and %" PRIu64
+			  " callbacks ran", d->no, max, rc, d->run_cb);
+	if (!rc)
+		d->run_empty++;
+	return rc;
+}
+
+/*
+ * Takes up to @max entries, waiting up to @timeout_ns, and checks each as
+ * a callback.  @tseq is odd from before the take until the checks are done
+ * (see queue_fence()).
+ */
+static int drainer_take(struct qdrainer *d, unsigned max, int64_t timeout_ns)
+{
+	uint32_t seq = atomic_load_explicit(&d->tseq, memory_order_relaxed);
+	uint64_t now;
+	int rc;
+
+	/* seq_cst: before the library's accesses of the take. */
+	atomic_store_explicit(&d->tseq, seq + 1, memory_order_seq_cst);
+	rc = kairos_queue_take(d->q, d->out, max, timeout_ns);
+	now = now_ns();
+	for (int i = 0; i < rc && i < (int)max; i++) {
+		if ((uint32_t)(uintptr_t)d->out[i].arg >= S.cfg.timers) {
+			violation(V_QUEUE, "queue %u: entry of timer %#" PRIx64 " taken with an arg"
+				  " that no arm gave", d->no, d->out[i].id);
+			continue;
+		}
+		deliver(d->out[i].arg, d->out[i].id, d->out[i].status, now, d, &d->out[i]);
+	}
+	/* Release: the checks before an owner's queue_fence() sees them done. */
+	atomic_store_explicit(&d->tseq, seq + 2, memory_order_release);
+	atomic_store_explicit(&d->take_calls, d->take_calls + 1, memory_order_relaxed);
+	if (rc < 0)
+		return drainer_failed(d, "kairos_queue_take", rc);
+	if ((unsigned)rc > max)
+		violation(V_QUEUE, "queue %u: kairos_queue_take(max %u) returned %d", d->no, max,
+			  rc);
+	if (!rc)
+		d->take_empty++;
+	return rc;
+}
+
+/* Waits up to @ms for the queue's fd to be readable. */
+static void drainer_poll(struct qdrainer *d, int ms)
+{
+	struct pollfd pfd = { .fd = kairos_queue_fd(d->q), .events = POLLIN };
+
+	if (pfd.fd < 0) {
+		violation(V_QUEUE, "queue %u: kairos_queue_fd returned %d", d->no, pfd.fd);
+		sleep_for((uint64_t)ms * NS_PER_MS);
+		return;
+	}
+	d->polls++;
+	if (poll(&pfd, 1, ms) > 0 && (pfd.revents & POLLIN))
+		d->polls_ready++;
+}
+
+/*
+ * A busy loop: 2..25 ms without a call, so that entries wait untaken and
+ * periodic ones coalesce.  @pause is odd meanwhile (see paused_call()).
+ */
+static void drainer_pause(struct qdrainer *d)
+{
+	uint32_t p = atomic_load_explicit(&d->pause, memory_order_relaxed);
+	uint64_t len = 2 * NS_PER_MS + rng_next(&d->rng) % (23 * NS_PER_MS), t0 = now_ns();
+
+	/* Release: what this thread checked before, for an owner that sees it odd. */
+	atomic_store_explicit(&d->pause, p + 1, memory_order_release);
+	sleep_for(len);
+	/* seq_cst: before the next call's accesses. */
+	atomic_store_explicit(&d->pause, p + 2, memory_order_seq_cst);
+	d->pauses++;
+	d->paused_ns += now_ns() - t0;
+}
+
+/* When the next pause begins: 50..250 ms from now. */
+static uint64_t pause_next(struct qdrainer *d)
+{
+	return now_ns() + 50 * NS_PER_MS + rng_next(&d->rng) % (200 * NS_PER_MS);
+}
+
+/*
+ * drain_main - a queue's drainer.  During the load it waits on the fd
+ * (poll) or in a take, and runs or takes batches of 1..64, pausing every
+ * 50..250 ms.  After the load the drainer of a queue destroyed first
+ * stops, leaving what waits and what expires later to
+ * kairos_queue_destroy(); the others keep draining, blocked in takes
+ * without a limit too, until kairos_destroy() ends them (-ESHUTDOWN).
+ */
+void *drain_main(void *arg)
+{
+	struct qdrainer *d = arg;
+	uint64_t next_pause = pause_next(d);
+
+	tl_drainer = d;
+	while (!atomic_load_explicit(&d->wind_down, memory_order_acquire)) {
+		unsigned max = 1 + rng_below(&d->rng, QTAKE_MAX);
+
+		if (now_ns() >= next_pause) {
+			drainer_pause(d);
+			next_pause = pause_next(d);
+			continue;
+		}
+		switch (rng_below(&d->rng, 4)) {
+		case 0:		/* the event loop: the fd, then run */
+			drainer_poll(d, 2);
+			drainer_run(d, max);
+			break;
+		case 1:		/* run whatever waits, without waiting */
+			if (!drainer_run(d, max))
+				drainer_poll(d, 1);
+			break;
+		case 2:		/* the fd, then take what waits */
+			drainer_poll(d, 2);
+			drainer_take(d, max, 0);
+			break;
+		default:	/* a delay queue: take, waiting up to 2 ms */
+			drainer_take(d, max, (int64_t)((1 + rng_below(&d->rng, 2)) * NS_PER_MS));
+			break;
+		}
+	}
+	if (d->destroy_first) {
+		/*
+		 * A loop thread that stops and leaves its queue: what waits
+		 * there, and what expires later, kairos_queue_destroy() ends
+		 * unrun; an entry that a reset withdrew while it waited is
+		 * armed again and ends at its new deadline (sweep_unrun()).
+		 */
+		return NULL;
+	}
+	for (;;) {
+		int rc;
+
+		if (rng_below(&d->rng, 2)) {
+			rc = drainer_take(d, QTAKE_MAX, -1);
+		} else {
+			drainer_poll(d, 5);
+			rc = drainer_run(d, QTAKE_MAX);
+		}
+		if (rc < 0)
+			return NULL;
+	}
+}
+
+/* Creates the queues; their drainers are started with the load. */
+int queues_setup(void)
+{
+	int rc;
+
+	if (!S.cfg.queues)
+		return 0;
+	S.qd = aligned_alloc(ST_ALIGN, sizeof(*S.qd) * S.cfg.queues);
+	if (!S.qd)
+		return -ENOMEM;
+	memset(S.qd, 0, sizeof(*S.qd) * S.cfg.queues);
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		struct qdrainer *d = &S.qd[i];
+
+		d->no = i;
+		d->rng = S.cfg.seed ^ (UINT64_C(0x2545f4914f6cdd1d) * (i + 1));
+		d->destroy_first = S.cfg.queue_end == QE_BEFORE ||
+				   (S.cfg.queue_end == QE_MIXED && (i & 1));
+		rc = kairos_queue_create(S.k, &d->q);
+		if (rc)
+			return rc;
+		d->shard = kairos_queue_shard(d->q);
+		/* Queue n (from 1) is on shard (n - 1) % shards: this one is number i + 1. */
+		if (d->shard != (int)(i % S.nshards))
+			violation(V_QUEUE, "queue %u is on shard %d, not %u", i, d->shard,
+				  i % S.nshards);
+	}
+	return 0;
+}
+
 /* ---- after kairos_destroy() ----------------------------------------------- */
+
+/*
+ * Whether slot @idx's timer, which neither ran nor was drained with a
+ * callback, ended unrun in its queue, destroyed before kairos_destroy():
+ * waiting there, or expiring into it later.  Either way it had expired, so
+ * not before its deadline: a timer still armed for a destroyed queue (one
+ * that a reset withdrew from it and armed again included) goes on until it
+ * expires or kairos_destroy() drains it, with a callback.  Counted per
+ * queue for the cross-check.
+ */
+static bool sweep_unrun(struct lthread *t, uint32_t idx)
+{
+	struct slot *s = &S.slots[idx];
+	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+	uint64_t end = S.destroy_start + S.destroy_ns;
+
+	if (!qno || !S.qd[qno - 1].destroy_first)
+		return false;
+	if (s->kind == K_ONESHOT && s->bound > end) {
+		char early[32];
+
+		fmt_ns(early, sizeof(early), s->bound - end);
+		violation(V_QUEUE, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " of queue %" PRIu32
+			  " ended unrun, without the drain's callback, %s before its deadline:"
+			  " ended by kairos_queue_destroy though armed (or re-armed by a reset)",
+			  idx, s->id, qno - 1, early);
+	}
+	S.qd[qno - 1].unrun++;
+	t->t.qunrun++;
+	slot_free(t, idx, E_DRAINED);
+	return true;
+}
 
 /* Every timer still in a slot must have ended exactly once by now. */
 static void sweep_slot(struct lthread *t, uint32_t idx)
@@ -1036,6 +1550,8 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 			slot_free(t, idx, E_DRAINED);
 			return;
 		}
+		if (!runs && !drains && sweep_unrun(t, idx))
+			return;
 		violation(V_LOST, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " %s: runs %" PRIu32
 			  ", drains %" PRIu32 ", no cancel returned 0", idx, s->id,
 			  runs + drains ? "ended twice" : "never ended", runs, drains);
@@ -1063,6 +1579,8 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 			slot_free(t, idx, E_DRAINED);
 			return;
 		}
+		if (!drains && sweep_unrun(t, idx))
+			return;
 		violation(V_LOST, "slot %" PRIu32 ": periodic timer %#" PRIx64 " %s (drains %" PRIu32
 			  ", never cancelled)", idx, s->id, drains ? "drained twice" : "never ended",
 			  drains);
@@ -1129,6 +1647,12 @@ void tally_sum(struct tally *out)
 			out->overdue_max = t->overdue_max;
 		out->checked += t->checked;
 		out->stale += t->stale;
+		out->arms_queue += t->arms_queue;
+		out->qunrun += t->qunrun;
+		out->qwithdrawn += t->qwithdrawn;
+		out->qpaused += t->qpaused;
+		out->qpaused_due += t->qpaused_due;
+		out->qfences += t->qfences;
 	}
 }
 

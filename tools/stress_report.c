@@ -217,14 +217,34 @@ void crosscheck(void)
 	uint64_t oneshot, periodic, drained;
 	struct tally t;
 
+	uint64_t after = 0;
+
 	tally_sum(&t);
 	cb_sum(&oneshot, &periodic, NULL, &drained);
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		const struct qdrainer *d = &S.qd[i];
+
+		if (!d->destroy_first) {
+			after += d->destroy_rc > 0 ? (uint64_t)d->destroy_rc : 0;
+			continue;
+		}
+		/*
+		 * What waited in it at its destroy is a part of what ended
+		 * unrun; the rest expired into it afterwards.
+		 */
+		if (d->destroy_rc > 0 && (uint64_t)d->destroy_rc > d->unrun)
+			violation(V_COUNTERS, "queue %u: kairos_queue_destroy ended %d waiting"
+				  " entries, but only %" PRIu64 " of its timers ended unrun", i,
+				  d->destroy_rc, d->unrun);
+	}
 	nxchecks = 0;
 	/* The tool's own books first: they do not depend on the library's. */
-	xc("tool: arms == fired + cancelled + stopped + drained", t.arms,
-	   t.fired + t.cancelled + t.pcancelled + t.pstopped + t.drained);
+	xc("tool: arms == fired + cancelled + stopped + drained + ended unrun", t.arms,
+	   t.fired + t.cancelled + t.pcancelled + t.pstopped + t.drained + t.qunrun);
 	xc("tool: one-shot timers that ran == one-shot callbacks", t.fired, oneshot);
 	xc("tool: timers found drained == drained callbacks", t.drained, drained);
+	if (S.cfg.queues)
+		xc("kairos_queue_destroy after kairos_destroy: entries ended == 0", after, 0);
 	if (S.fin_rc) {
 		violation(V_API, "kairos_stats after kairos_destroy returned %d (%s)", S.fin_rc,
 			  strerror(-S.fin_rc));
@@ -234,9 +254,10 @@ void crosscheck(void)
 	xc("fired == one-shot callbacks", f->fired, oneshot);
 	xc("cancelled == cancels that returned 0 + periodic stopped while running",
 	   f->cancelled, t.cancelled + t.pcancelled + t.pstopped);
-	xc("drained == drained callbacks", f->drained, drained);
-	xc("drained == kairos_destroy() return", f->drained,
-	   S.destroy_rc < 0 ? UINT64_MAX : (uint64_t)S.destroy_rc);
+	xc("drained == drained callbacks + queue timers ended unrun", f->drained,
+	   drained + t.qunrun);
+	xc("drained == kairos_destroy() return + queue timers ended unrun", f->drained,
+	   S.destroy_rc < 0 ? UINT64_MAX : (uint64_t)S.destroy_rc + t.qunrun);
 	xc("periodic_runs == periodic callbacks", f->periodic_runs, periodic);
 	xc("early == 0", f->early, 0);
 	xc("pending == 0 after kairos_destroy", f->pending, 0);
@@ -420,6 +441,58 @@ static void print_trend(FILE *f)
 			" kairos_arm fails with -ENOMEM once a shard holds its record limit\n");
 }
 
+/* The queues' part of the text report: what each drainer ran and took, and how each ended. */
+static void print_queues(FILE *f, const struct tally *t)
+{
+	uint64_t ro = 0, rp = 0, to = 0, tp = 0, before = 0;
+	char b1[32];
+
+	if (!S.cfg.queues)
+		return;
+	fprintf(f, "\nqueues: %u, %u%% of arms (%" PRIu64 " timers armed for one), each drained"
+		" by a thread with kairos_queue_run and kairos_queue_take\n", S.cfg.queues,
+		S.cfg.queue_pct, t->arms_queue);
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		const struct qdrainer *d = &S.qd[i];
+
+		ro += d->run_oneshot;
+		rp += d->run_periodic;
+		to += d->take_oneshot;
+		tp += d->take_periodic;
+		if (d->destroy_first && d->destroy_rc > 0)
+			before += (uint64_t)d->destroy_rc;
+		fmt_ns(b1, sizeof(b1), d->paused_ns);
+		fprintf(f, "  queue %u (shard %d): run %" PRIu64 " calls (%" PRIu64 " empty): %"
+			PRIu64 " one-shot + %" PRIu64 " periodic callbacks; take %" PRIu64
+			" calls (%" PRIu64 " empty): %" PRIu64 " one-shot + %" PRIu64
+			" periodic entries\n", i, d->shard, d->run_calls, d->run_empty,
+			d->run_oneshot, d->run_periodic, d->take_calls, d->take_empty,
+			d->take_oneshot, d->take_periodic);
+		fprintf(f, "    fd polled %" PRIu64 " times (%" PRIu64 " readable); paused %"
+			PRIu64 " times (%s); drained by kairos_destroy %" PRIu64
+			"; kairos_queue_destroy %s kairos_destroy returned %d", d->polls,
+			d->polls_ready, d->pauses, b1, d->drained,
+			d->destroy_first ? "before" : "after", d->destroy_rc);
+		if (d->destroy_first)
+			fprintf(f, "; %" PRIu64 " of its timers ended unrun", d->unrun);
+		fprintf(f, "\n");
+	}
+	fprintf(f, "  delivered by queues: run %" PRIu64 " (one-shot %" PRIu64 ", periodic %"
+		PRIu64 "), taken %" PRIu64 " (one-shot %" PRIu64 ", periodic %" PRIu64 ")\n",
+		ro + rp, ro, rp, to + tp, to, tp);
+	fprintf(f, "  ended unrun in a queue destroyed before kairos_destroy: %" PRIu64 " (%" PRIu64
+		" waiting at its kairos_queue_destroy, the others expired into it after)\n",
+		t->qunrun, before);
+	fprintf(f, "  one-shot queue timers reset (0) over a tick past their deadline: %" PRIu64
+		" (expired and waiting untaken: withdrawn; or pending on a shard behind)\n",
+		t->qwithdrawn);
+	fprintf(f, "  resets and cancels made while their queue's drainer was paused: %" PRIu64
+		" (%" PRIu64 " on one-shot timers over a tick past their deadline); a one-shot"
+		" timer that had not run must get 0\n", t->qpaused, t->qpaused_due);
+	fprintf(f, "  waits for a drainer to check what a take handed out: %" PRIu64 "\n",
+		t->qfences);
+}
+
 int report_text(FILE *f)
 {
 	const struct stress_config *c = &S.cfg;
@@ -507,6 +580,8 @@ int report_text(FILE *f)
 		ok(!atomic_load(&viols[V_LOST].count) && !atomic_load(&viols[V_TWICE].count) &&
 		   !atomic_load(&viols[V_EARLY].count) && !atomic_load(&viols[V_AFTER_CANCEL].count) &&
 		   !atomic_load(&viols[V_AFTER_STOP].count) && !atomic_load(&viols[V_AFTER_END].count)));
+
+	print_queues(f, &t);
 
 	fprintf(f, "\nlateness: callback start - deadline (the clock read before the arm or last"
 		" reset, plus the delay)\n");
@@ -687,6 +762,49 @@ static void jw_config(struct jw *w)
 	jw_u64(w, "rate", c->rate);
 	jw_u64(w, "max_late_ns", c->max_late_ns);
 	jw_u64(w, "seed", c->seed);
+	jw_u64(w, "queues", c->queues);
+	jw_u64(w, "queue_share_pct", c->queue_pct);
+	jw_s(w, "queue_destroy", queue_end_names[c->queue_end]);
+	jw_close(w, '}');
+}
+
+static void jw_queues(struct jw *w, const struct tally *t)
+{
+	jw_open(w, "queues", '{');
+	jw_u64(w, "armed", t->arms_queue);
+	jw_u64(w, "ended_unrun", t->qunrun);
+	jw_u64(w, "withdrawn_resets", t->qwithdrawn);
+	jw_u64(w, "paused_calls", t->qpaused);
+	jw_u64(w, "paused_calls_overdue", t->qpaused_due);
+	jw_u64(w, "take_fences", t->qfences);
+	jw_open(w, "list", '[');
+	for (unsigned i = 0; i < S.cfg.queues; i++) {
+		const struct qdrainer *d = &S.qd[i];
+
+		jw_open(w, NULL, '{');
+		jw_u64(w, "queue", i);
+		jw_sep(w, "shard");
+		fprintf(w->f, "%d", d->shard);
+		jw_s(w, "destroyed", d->destroy_first ? "before" : "after");
+		jw_u64(w, "run_calls", d->run_calls);
+		jw_u64(w, "run_empty", d->run_empty);
+		jw_u64(w, "run_oneshot", d->run_oneshot);
+		jw_u64(w, "run_periodic", d->run_periodic);
+		jw_u64(w, "take_calls", d->take_calls);
+		jw_u64(w, "take_empty", d->take_empty);
+		jw_u64(w, "take_oneshot", d->take_oneshot);
+		jw_u64(w, "take_periodic", d->take_periodic);
+		jw_u64(w, "polls", d->polls);
+		jw_u64(w, "polls_readable", d->polls_ready);
+		jw_u64(w, "pauses", d->pauses);
+		jw_u64(w, "paused_ns", d->paused_ns);
+		jw_u64(w, "drained_callbacks", d->drained);
+		jw_sep(w, "destroy_return");
+		fprintf(w->f, "%d", d->destroy_rc);
+		jw_u64(w, "ended_unrun", d->unrun);
+		jw_close(w, '}');
+	}
+	jw_close(w, ']');
 	jw_close(w, '}');
 }
 
@@ -800,6 +918,8 @@ int report_json(const char *path)
 	jw_u64(&w, "periodic_periods", periods);
 	jw_u64(&w, "drained", drained);
 	jw_close(&w, '}');
+
+	jw_queues(&w, &t);
 
 	jw_open(&w, "lateness_ns", '{');
 	jw_late(&w, "all", la);
@@ -943,8 +1063,12 @@ static int write_plot_data(const char *dir, char *late, char *ops, char *gp, siz
 			fprintf(f, " %.1f", (double)s->ops[a] / s->dt);
 		fprintf(f, " %.1f\n", (double)sample_total(s) / s->dt);
 	}
-	if (!S.nsamples)
-		fprintf(f, "0 0 0 0 0 0 0\n");
+	if (!S.nsamples) {
+		fprintf(f, "0");
+		for (unsigned a = 0; a <= A_N; a++)
+			fprintf(f, " 0");
+		fprintf(f, "\n");
+	}
 	if (fclose(f))
 		return -errno;
 	return 0;
