@@ -14,12 +14,13 @@
 #
 # Passes when the client's verdict is PASS (exit 0: every idle connection
 # closed, no busy one, none early, none later than T + slack) and the server
-# exits 0 after QUIT (its kairos counters add up, nothing fired early, every
-# callback's message was handled).  An INCONCLUSIVE verdict (exit 3: the
-# machine stalled the client for over half the slack while something went
-# wrong, and no close was early) is run again, up to three runs in all;
-# three inconclusive runs make the test skip (exit 77), not pass.  The
-# server is killed on every exit path, so a failure leaves nothing behind.
+# exits 0 after QUIT (its kairos counters add up, nothing fired early, no
+# cancel or reset of a live connection's timer failed).  An INCONCLUSIVE
+# verdict (exit 3: the machine stalled the client for over half the slack
+# while something went wrong, and no close was early) is run again, up to
+# three runs in all; three inconclusive runs make the test skip (exit 77),
+# not pass.  The server is killed on every exit path, so a failure leaves
+# nothing behind.
 set -u
 
 server=${1:?usage: idle-test.sh SERVER LOAD [options]}

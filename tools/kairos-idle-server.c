@@ -11,48 +11,51 @@
  * the default, lets the kernel choose), so that a script can start a load
  * client against it.  It stops after --duration seconds (0: never), on
  * SIGINT or SIGTERM, or when a connection sends "QUIT\n" as its first bytes,
- * and then prints a report (connections, idle and peer closes, CPU, the
- * kairos counters) to stdout.  A connection whose first bytes are
- * "STATS\n" is answered with one line of counters and its CPU time:
+ * and then prints a report (connections, CPU, the kairos counters) to
+ * stdout.  A connection whose first bytes are "STATS\n" is answered with
+ * one line of counters and its CPU time:
  *
  *	stats accepted A idle I peer P open O utime_us U stime_us S
  *	      turn_max_us W handoff_max_us H
  *
- * (on one line; W: the longest loop turn, H: the longest wait of a fired
- * timer's message for the loop).
+ * (on one line; W: the longest loop turn, H: the longest lateness of an
+ * idle timer's callback past its deadline).
  *
- * Exit status: 0; 1 when the kairos counters break their promises (an early
- * callback, armed != fired + cancelled + drained + pending after destroy, a
- * callback count that differs from "fired", or a callback whose message the
- * loop never took) or a kairos_arm() failed; 2 for a usage or setup error.
+ * Exit status: 0; 1 when kairos breaks a promise (an early callback, a
+ * cancel or reset of a live timer that fails, armed != fired + cancelled +
+ * drained + pending after destroy, a callback count that differs from
+ * "fired") or a kairos_arm_opts() failed; 2 for a usage or setup error.
  *
- * Threads.  One thread (main) runs an epoll loop over the listening socket,
- * the connections, a signalfd and an eventfd.  Timer callbacks run on kairos
- * worker threads and never touch a connection or its file descriptor: the
- * descriptor may have been closed and its number reused by a new connection
- * since the timer was armed.  A callback only appends the connection's
- * (slot, generation) to a mutex-protected list and signals the eventfd; the
- * loop then closes the connection if that slot still holds that generation.
- * The generation is bumped whenever the loop releases a slot, so a late
- * callback (one that lost to a peer close: kairos_cancel() said -EBUSY or
- * -ENOENT) can never close a newer connection.  Each descriptor is therefore
- * closed exactly once, by the loop thread.
+ * One thread runs one epoll set: the listening socket, the connections, a
+ * signalfd, and the fd of the one kairos queue that every idle timer is
+ * armed for (kairos_arm_opts() with .queue).  An expired timer waits in the
+ * queue until the loop runs it (kairos_queue_run(), after each batch of
+ * events), so its callback runs on the loop thread and closes and frees the
+ * connection itself.  Nothing is locked, handed off or tagged with a
+ * generation, because:
+ *  - no callback runs while the loop works on a connection, and none runs
+ *    while events of the batch are left, so no event names a freed one;
+ *  - kairos_cancel() at peer close returns 0, even for an expiry waiting in
+ *    the queue, so the callback never runs and the connection is freed at
+ *    once (-EBUSY and -ENOENT cannot happen: callbacks run only here);
+ *  - kairos_reset() on a read returns 0 too: an expiry that waits untaken is
+ *    withdrawn and the timer armed again, so a connection that the loop
+ *    reads before it runs the queue is kept however late the loop runs.
  *
- * Idle means no bytes for T, not "no read for T": when the loop falls
- * behind (thousands of ready connections, or the machine not running it),
- * bytes can wait in a socket past the deadline.  So a read whose reset finds
- * the timer already firing (kairos_reset() says -ENOENT), and an expiry whose
- * socket holds unread bytes, give the connection a new timer (and a new
- * generation) instead of closing it.
+ * Idle means no bytes for T, not "no read for T".  The loop does not read
+ * every socket that has bytes before each run of the queue: epoll hands out
+ * MAXEV ready sockets at a time, and a loop stopped in mid-batch (the
+ * machine busy) resumes past the deadlines of the sockets it read just
+ * before, with their new bytes unread.  So a callback whose socket holds
+ * unread bytes (FIONREAD) arms a new timer instead of closing.  One batch as
+ * large as the fd set, read whole before each run, would still fail a loop
+ * stopped mid-batch, and under load would hold every idle close back by up
+ * to a pass over all the sockets.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,7 +63,6 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -72,67 +74,41 @@
 
 #define MS		1000000ull
 #define RXBUF		4096
-#define MAXEV		256
-
-/* epoll data words that are not connection slots. */
-#define TAG_LISTEN	(UINT64_MAX - 0)
-#define TAG_SIGNAL	(UINT64_MAX - 1)
-#define TAG_EXPIRED	(UINT64_MAX - 2)
+#define RUN_MAX		1024	/* callbacks per turn: I/O goes on under a burst */
+#define ACCEPT_MAX	64	/* accepts per turn (see accept_some()) */
+#define MAXEV		256	/* events per turn */
 
 struct conn {
-	int fd;			/* -1: slot free */
-	uint32_t gen;		/* bumped each time the slot is released */
+	int fd;			/* -1: closed, freed by its callback (see close_peer) */
 	bool first;		/* no bytes read yet (control words are checked) */
 	kairos_id timer;
-};
-
-/*
- * Expired timers, from the callbacks to the loop.  A callback appends, the
- * loop swaps the whole list out under the lock: neither ever waits for the
- * other longer than a push.  The list grows as needed, so a callback never
- * blocks on a full queue (which would deadlock kairos_destroy(), called by
- * the loop, waiting for that callback).
- */
-struct expired {
-	uint64_t word;		/* the timer's arg: generation << 32 | slot */
-	uint64_t at_ns;		/* when the callback ran */
-};
-
-struct expired_q {
-	pthread_mutex_t lock;
-	struct expired *v;
-	size_t n, cap;
-	int efd;		/* wakes the loop when it waits */
-	atomic_bool queued;	/* checked every turn: see main() */
+	uint64_t deadline_ns;	/* read before the arm or reset: <= the timer's */
+	struct conn *prev, *next;	/* every conn not yet freed */
 };
 
 struct server {
 	struct kairos *k;
+	struct kairos_timer_opts opts;	/* .queue: the loop's queue */
 	uint64_t idle_ns;
-	int epfd, lfd, sfd;
+	int epfd, lfd, sfd, qfd;
 	struct conn *conns;
-	uint32_t *free_slots;	/* a stack of free slot numbers */
-	uint32_t nfree, nslots;
-	struct expired_q q;
-	atomic_uint_fast64_t callbacks;	/* callbacks run with status > 0 */
+	struct epoll_event evs[MAXEV];
 	uint64_t accepted, closed_idle, closed_peer, open;
 	uint64_t peer_reset;	/* peer closes seen as an error (ECONNRESET...) */
-	uint64_t closed_error;	/* no timer could be armed */
-	uint64_t cancel_raced;	/* peer close found the callback running/ran */
-	uint64_t reset_raced;	/* a read found the timer already firing */
-	uint64_t stale;		/* expiry messages of an older generation */
-	uint64_t revived;	/* timer fired with unread bytes in the socket */
-	uint64_t messages;	/* expiry messages taken from the queue */
-	uint64_t handoff_max_ns;	/* callback ran -> loop took its message */
+	uint64_t closed_error;	/* closed at accept: no memory or no timer */
+	uint64_t callbacks, early, broken;	/* broken: a cancel or reset failed */
+	uint64_t revived;	/* expired with bytes unread: kept, new timer */
+	uint64_t late_max_ns;	/* callback start - deadline */
 	uint64_t turn_max_ns;	/* longest loop turn (work between waits) */
 	uint64_t arm_failed, accept_paused, echo_short;
-	uint64_t open_at_exit;
 	uint64_t listen_resume_ns;	/* 0: accepting; else when to retry */
-	bool quit;
-	bool quiet;
+	bool quit, quiet;
 };
 
-/* The one server; the callbacks reach it here (see on_idle()). */
+/* Tags of the epoll entries that are not connections. */
+static char tag_listen, tag_signal, tag_queue;
+
+/* The one server; callbacks reach it here (their arg is the connection). */
 static struct server *idle_server;
 
 static void die(const char *what, int err)
@@ -141,6 +117,7 @@ static void die(const char *what, int err)
 	exit(2);
 }
 
+/* CLOCK_MONOTONIC, the clock of a service created with the defaults. */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -149,214 +126,152 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void *enc(uint32_t slot, uint32_t gen)
+static void ep_ctl(struct server *sv, int op, int fd, uint32_t events, void *tag)
 {
-	return (void *)(uintptr_t)(((uint64_t)gen << 32) | slot);
+	struct epoll_event ev = { .events = events, .data.ptr = tag };
+
+	if (epoll_ctl(sv->epfd, op, fd, &ev))
+		die("epoll_ctl", errno);
 }
 
-/* Runs on a kairos worker thread: hands the close to the loop thread. */
-static void on_idle(void *arg, kairos_id id, int status)
+/* Closes @c's socket (which leaves the epoll set: it is never dup'ed). */
+static void conn_close(struct server *sv, struct conn *c)
 {
-	struct server *sv;
-	struct expired_q *q;
-	uint64_t one = 1;
-
-	(void)id;
-	if (status < 0)
-		return;		/* -ECANCELED: not used (we destroy with DROP) */
-	/*
-	 * The arg carries only (slot, generation), never a pointer to the
-	 * connection, so nothing it names can have been freed.  The server is
-	 * reached through a global because the arg word is taken.
-	 */
-	sv = idle_server;
-	q = &sv->q;
-	/* Relaxed: only compared with kairos' "fired" after destroy joined us. */
-	atomic_fetch_add_explicit(&sv->callbacks, 1, memory_order_relaxed);
-	if (pthread_mutex_lock(&q->lock))
-		abort();
-	if (q->n == q->cap) {
-		size_t cap = q->cap ? q->cap * 2 : 1024;
-		struct expired *v = realloc(q->v, cap * sizeof(*v));
-
-		if (!v) {
-			fprintf(stderr, "kairos-idle-server: out of memory in callback\n");
-			abort();
-		}
-		q->v = v;
-		q->cap = cap;
-	}
-	q->v[q->n].word = (uint64_t)(uintptr_t)arg;
-	q->v[q->n].at_ns = now_ns();
-	q->n++;
-	if (pthread_mutex_unlock(&q->lock))
-		abort();
-	/* Relaxed: a hint; the entry itself is published by the mutex. */
-	atomic_store_explicit(&q->queued, true, memory_order_relaxed);
-	/* An eventfd write only fails on counter overflow, which 2^64 prevents. */
-	if (write(q->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		abort();
-}
-
-static void raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
-static void ep_add(struct server *sv, int fd, uint32_t events, uint64_t tag)
-{
-	struct epoll_event ev = { .events = events, .data.u64 = tag };
-
-	if (epoll_ctl(sv->epfd, EPOLL_CTL_ADD, fd, &ev))
-		die("epoll_ctl add", errno);
-}
-
-/* Releases @slot: closes its descriptor and makes old timers' words stale. */
-static void conn_release(struct server *sv, uint32_t slot)
-{
-	struct conn *c = &sv->conns[slot];
-
-	/* close() also removes it from the epoll set: the fd is never dup'ed. */
 	close(c->fd);
 	c->fd = -1;
-	c->gen++;
-	c->timer = 0;
-	sv->free_slots[sv->nfree++] = slot;
 	sv->open--;
 }
 
-/*
- * Gives @slot a new timer of T under a new generation, so that a message of
- * the old timer, already queued or about to be, finds nothing to close.
- * Returns false (and closes the connection) if no timer could be armed.
- */
-static bool conn_rearm(struct server *sv, uint32_t slot)
+static void conn_free(struct server *sv, struct conn *c)
 {
-	struct conn *c = &sv->conns[slot];
-	int rc;
-
-	c->gen++;
-	rc = kairos_arm(sv->k, sv->idle_ns, on_idle, enc(slot, c->gen), &c->timer);
-	if (rc == 0)
-		return true;
-	fprintf(stderr, "kairos-idle-server: kairos_arm: %s\n", strerror(-rc));
-	sv->arm_failed++;
-	sv->closed_error++;
-	conn_release(sv, slot);
-	return false;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		sv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	free(c);
 }
 
-/* The peer closed (or failed): cancel the timer, then close once. */
-static void conn_close_peer(struct server *sv, uint32_t slot, bool error)
+/* Runs on the loop thread, from kairos_queue_run(): no read of @c for T. */
+static void on_idle(void *arg, kairos_id id, int status)
 {
-	struct conn *c = &sv->conns[slot];
+	struct server *sv = idle_server;
+	struct conn *c = arg;
+	uint64_t now = now_ns();
+	int unread = 0, rc;
+
+	(void)id;
+	(void)status;	/* always 1: a one-shot, and destroy drops */
+	sv->callbacks++;
+	if (now < c->deadline_ns)
+		sv->early++;
+	else if (now - c->deadline_ns > sv->late_max_ns)
+		sv->late_max_ns = now - c->deadline_ns;
+	if (c->fd >= 0 && ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0) {
+		/* Not idle: the loop has yet to read its bytes (see the top). */
+		c->deadline_ns = now + sv->idle_ns;
+		rc = kairos_arm_opts(sv->k, sv->idle_ns, &sv->opts, on_idle, c, &c->timer);
+		if (rc == 0) {
+			sv->revived++;
+			return;
+		}
+		fprintf(stderr, "kairos-idle-server: kairos_arm_opts: %s\n", strerror(-rc));
+		sv->arm_failed++;
+	}
+	if (c->fd >= 0) {
+		sv->closed_idle++;
+		conn_close(sv, c);
+	}
+	conn_free(sv, c);
+}
+
+/* The peer closed (or failed): cancel the timer, then close and free. */
+static void close_peer(struct server *sv, struct conn *c, bool error)
+{
 	int rc = kairos_cancel(sv->k, c->timer);
 
-	/*
-	 * 0: the callback will never run.  -EBUSY (running) or -ENOENT (it
-	 * ran): its message is queued or about to be, and finds the generation
-	 * bumped by conn_release(), so it closes nothing.
-	 */
-	if (rc == -EBUSY || rc == -ENOENT)
-		sv->cancel_raced++;
-	else if (rc)
-		fprintf(stderr, "kairos-idle-server: kairos_cancel: %s\n", strerror(-rc));
 	/* A peer that closes with echoes unread sends a reset: still a close. */
 	if (error)
 		sv->peer_reset++;
 	sv->closed_peer++;
-	conn_release(sv, slot);
-}
-
-static void stats_line(struct server *sv, char *buf, size_t len)
-{
-	struct rusage ru;
-
-	getrusage(RUSAGE_SELF, &ru);
-	snprintf(buf, len, "stats accepted %llu idle %llu peer %llu open %llu "
-		 "utime_us %lld stime_us %lld turn_max_us %llu handoff_max_us %llu\n",
-		 (unsigned long long)sv->accepted, (unsigned long long)sv->closed_idle,
-		 (unsigned long long)sv->closed_peer,
-		 (unsigned long long)sv->open,
-		 (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
-		 (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
-		 (unsigned long long)sv->turn_max_ns / 1000,
-		 (unsigned long long)sv->handoff_max_ns / 1000);
+	conn_close(sv, c);
+	if (rc == 0) {
+		conn_free(sv, c);
+		return;
+	}
+	/* Cannot happen (see the top); should the callback still run, it frees @c. */
+	fprintf(stderr, "kairos-idle-server: kairos_cancel: %s\n", strerror(-rc));
+	sv->broken++;
 }
 
 /* The first bytes of a connection may be a control word. */
-static bool control(struct server *sv, uint32_t slot, const char *buf, ssize_t n)
+static bool control(struct server *sv, struct conn *c, const char *buf, ssize_t n)
 {
+	struct rusage ru;
 	char line[256];
 
-	if (n == 6 && !memcmp(buf, "STATS\n", 6)) {
-		stats_line(sv, line, sizeof(line));
-		(void)send(sv->conns[slot].fd, line, strlen(line), MSG_NOSIGNAL);
-		return true;
-	}
-	if (n == 5 && !memcmp(buf, "QUIT\n", 5)) {
-		sv->quit = true;
-		return true;
-	}
-	return false;
+	if (n == 5 && !memcmp(buf, "QUIT\n", 5))
+		return sv->quit = true;
+	if (n != 6 || memcmp(buf, "STATS\n", 6))
+		return false;
+	getrusage(RUSAGE_SELF, &ru);
+	snprintf(line, sizeof(line), "stats accepted %llu idle %llu peer %llu open %llu "
+		 "utime_us %lld stime_us %lld turn_max_us %llu handoff_max_us %llu\n",
+		 (unsigned long long)sv->accepted, (unsigned long long)sv->closed_idle,
+		 (unsigned long long)sv->closed_peer, (unsigned long long)sv->open,
+		 (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
+		 (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
+		 (unsigned long long)sv->turn_max_ns / 1000,
+		 (unsigned long long)sv->late_max_ns / 1000);
+	(void)send(c->fd, line, strlen(line), MSG_NOSIGNAL);
+	return true;
 }
 
-static void conn_readable(struct server *sv, uint32_t slot)
+static void conn_readable(struct server *sv, struct conn *c)
 {
-	struct conn *c = &sv->conns[slot];
 	char buf[RXBUF];
-	ssize_t n, w;
+	ssize_t n;
 	int rc;
 
 	n = recv(c->fd, buf, sizeof(buf), 0);
-	if (n == 0) {
-		conn_close_peer(sv, slot, false);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
-	}
-	if (n < 0) {
-		if (errno == EAGAIN || errno == EINTR)
-			return;
-		conn_close_peer(sv, slot, true);
+	if (n <= 0) {
+		close_peer(sv, c, n < 0);
 		return;
 	}
 	/*
-	 * Activity: push the idle deadline T later.  -ENOENT means the timer
-	 * is firing: its deadline passed while these bytes waited in the
-	 * socket for this thread (a busy or descheduled loop).  The peer was
-	 * not idle, so it gets a new timer and the old one's message is left
-	 * to find a stale generation.
+	 * Activity: push the deadline T later.  0 even when the timer expired
+	 * and waits in the queue: the expiry is withdrawn.
 	 */
+	c->deadline_ns = now_ns() + sv->idle_ns;
 	rc = kairos_reset(sv->k, c->timer, sv->idle_ns);
-	if (rc == -ENOENT) {
-		sv->reset_raced++;
-		if (!conn_rearm(sv, slot))
-			return;
-	} else if (rc) {
+	if (rc) {
 		fprintf(stderr, "kairos-idle-server: kairos_reset: %s\n", strerror(-rc));
+		sv->broken++;
 	}
 	if (c->first) {
 		c->first = false;
-		if (control(sv, slot, buf, n))
+		if (control(sv, c, buf, n))
 			return;
 	}
 	/* Echo.  The client reads every echo, so a short send is only counted. */
-	w = send(c->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-	if (w != n)
+	if (send(c->fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) != n)
 		sv->echo_short++;
 }
 
-static void accept_all(struct server *sv)
+/*
+ * Accepts up to ACCEPT_MAX connections.  Accepting until EAGAIN while a
+ * client keeps connecting would hold the turn as long, reading no socket
+ * and running no expired timer meanwhile.
+ */
+static void accept_some(struct server *sv)
 {
-	for (;;) {
+	for (int i = 0; i < ACCEPT_MAX; i++) {
 		int fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		uint32_t slot;
 		struct conn *c;
-		int one = 1;
+		int one = 1, rc;
 
 		if (fd < 0) {
 			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
@@ -364,82 +279,41 @@ static void accept_all(struct server *sv)
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
 			    errno == ENOMEM) {
 				/* Out of descriptors: stop accepting for 10 ms. */
-				struct epoll_event ev = { .events = 0, .data.u64 = TAG_LISTEN };
-
-				epoll_ctl(sv->epfd, EPOLL_CTL_MOD, sv->lfd, &ev);
+				ep_ctl(sv, EPOLL_CTL_MOD, sv->lfd, 0, &tag_listen);
 				sv->listen_resume_ns = now_ns() + 10 * MS;
 				sv->accept_paused++;
 				return;
 			}
 			die("accept4", errno);
 		}
-		if (!sv->nfree) {
+		sv->accepted++;
+		c = calloc(1, sizeof(*c));
+		if (!c) {
 			close(fd);
-			sv->accept_paused++;
+			sv->closed_error++;
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		slot = sv->free_slots[--sv->nfree];
-		c = &sv->conns[slot];
 		c->fd = fd;
 		c->first = true;
-		sv->accepted++;
+		c->deadline_ns = now_ns() + sv->idle_ns;
+		rc = kairos_arm_opts(sv->k, sv->idle_ns, &sv->opts, on_idle, c, &c->timer);
+		if (rc) {
+			fprintf(stderr, "kairos-idle-server: kairos_arm_opts: %s\n",
+				strerror(-rc));
+			sv->arm_failed++;
+			sv->closed_error++;
+			close(fd);
+			free(c);
+			continue;
+		}
+		c->next = sv->conns;
+		if (c->next)
+			c->next->prev = c;
+		sv->conns = c;
 		sv->open++;
-		/* Before the fd joins the epoll set, so a failure just closes it. */
-		if (conn_rearm(sv, slot))
-			ep_add(sv, fd, EPOLLIN | EPOLLRDHUP, slot);
+		ep_ctl(sv, EPOLL_CTL_ADD, fd, EPOLLIN | EPOLLRDHUP, c);
 	}
-}
-
-/*
- * Closes the connections whose timers fired (loop thread only).  @final:
- * after kairos_destroy(), when no timer can be armed again and every
- * connection is about to be closed anyway.
- */
-static void drain_expired(struct server *sv, bool final)
-{
-	struct expired_q *q = &sv->q;
-	struct expired *v;
-	uint64_t cnt, now;
-	size_t n;
-
-	if (read(q->efd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN)
-		die("read eventfd", errno);
-	if (pthread_mutex_lock(&q->lock))
-		abort();
-	v = q->v;
-	n = q->n;
-	q->v = NULL;
-	q->n = q->cap = 0;
-	if (pthread_mutex_unlock(&q->lock))
-		abort();
-	now = now_ns();
-	sv->messages += n;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t slot = (uint32_t)v[i].word, gen = (uint32_t)(v[i].word >> 32);
-		struct conn *c = &sv->conns[slot];
-		int unread = 0;
-
-		if (!final && now > v[i].at_ns && now - v[i].at_ns > sv->handoff_max_ns)
-			sv->handoff_max_ns = now - v[i].at_ns;
-		if (c->fd < 0 || c->gen != gen) {
-			sv->stale++;
-			continue;
-		}
-		/*
-		 * Bytes waiting in the socket arrived after the last read: the
-		 * peer was active and only this thread was slow to look.  Not
-		 * idle, then: a new timer, and the bytes are read next turn.
-		 */
-		if (!final && ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0) {
-			sv->revived++;
-			conn_rearm(sv, slot);
-			continue;
-		}
-		sv->closed_idle++;
-		conn_release(sv, slot);
-	}
-	free(v);
 }
 
 static int listen_on(uint16_t port, uint16_t *bound)
@@ -491,7 +365,7 @@ static unsigned long num(const char *opt, const char *s, unsigned long max)
 }
 
 static void report(struct server *sv, const struct kairos_stats *st, int drained,
-		   uint64_t callbacks, bool ok)
+		   uint64_t open_at_exit, bool ok)
 {
 	struct rusage ru;
 	uint64_t ends = st->fired + st->cancelled + st->drained + st->pending;
@@ -501,15 +375,14 @@ static void report(struct server *sv, const struct kairos_stats *st, int drained
 	       "(%llu with an error), not armed %llu, open at exit %llu\n",
 	       (unsigned long long)sv->accepted, (unsigned long long)sv->closed_idle,
 	       (unsigned long long)sv->closed_peer, (unsigned long long)sv->peer_reset,
-	       (unsigned long long)sv->closed_error,
-	       (unsigned long long)sv->open_at_exit);
-	printf("races: cancel after fire %llu, reset after fire %llu, fired with bytes unread "
-	       "%llu, stale expiries %llu, accept paused %llu, short echoes %llu\n",
-	       (unsigned long long)sv->cancel_raced, (unsigned long long)sv->reset_raced,
-	       (unsigned long long)sv->revived, (unsigned long long)sv->stale,
+	       (unsigned long long)sv->closed_error, (unsigned long long)open_at_exit);
+	printf("promises: failed cancels and resets %llu, early callbacks %llu; expired with "
+	       "bytes unread %llu, accept paused %llu, short echoes %llu\n",
+	       (unsigned long long)sv->broken, (unsigned long long)sv->early,
+	       (unsigned long long)sv->revived,
 	       (unsigned long long)sv->accept_paused, (unsigned long long)sv->echo_short);
-	printf("loop: longest turn %.3f ms, longest callback-to-close hand-off %.3f ms\n",
-	       sv->turn_max_ns / 1e6, sv->handoff_max_ns / 1e6);
+	printf("loop: longest turn %.3f ms, longest idle close after its deadline %.3f ms\n",
+	       sv->turn_max_ns / 1e6, sv->late_max_ns / 1e6);
 	printf("cpu: user %.3f s, system %.3f s\n",
 	       ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
@@ -517,7 +390,7 @@ static void report(struct server *sv, const struct kairos_stats *st, int drained
 	       "pending %llu; callbacks %llu; identity %s\n",
 	       (unsigned long long)st->armed, (unsigned long long)st->fired,
 	       (unsigned long long)st->cancelled, (unsigned long long)st->drained, drained,
-	       (unsigned long long)st->pending, (unsigned long long)callbacks,
+	       (unsigned long long)st->pending, (unsigned long long)sv->callbacks,
 	       st->armed == ends ? "holds" : "BROKEN");
 	printf("kairos: lateness p50 %.3f ms p99 %.3f ms max %.3f ms, early %llu, "
 	       "wakeups %llu, timer_sets %llu\n",
@@ -527,19 +400,54 @@ static void report(struct server *sv, const struct kairos_stats *st, int drained
 	printf("server: %s\n", ok ? "ok" : "FAILED");
 }
 
+/* One turn: every ready fd's event, then the expired timers. */
+static void turn(struct server *sv, int n)
+{
+	int rc;
+
+	for (int i = 0; i < n; i++) {
+		void *tag = sv->evs[i].data.ptr;
+
+		if (tag == &tag_listen) {
+			accept_some(sv);
+		} else if (tag == &tag_signal) {
+			struct signalfd_siginfo si;
+
+			if (read(sv->sfd, &si, sizeof(si)) == sizeof(si))
+				sv->quit = true;
+		} else if (tag != &tag_queue) {
+			/*
+			 * Read first even on EPOLLHUP/RDHUP: data sent just
+			 * before the close is still activity; the read that
+			 * returns 0 ends the connection.
+			 */
+			conn_readable(sv, tag);
+		}
+	}
+	/*
+	 * No event of the batch is left to name a connection a callback frees.
+	 * The queue runs after every batch, its fd in it or not: with thousands
+	 * of sockets ready, epoll reports the fd only once per pass over them
+	 * all, and a run that finds the queue empty costs a lock.
+	 */
+	rc = kairos_queue_run(sv->opts.queue, RUN_MAX);
+	if (rc < 0)
+		die("kairos_queue_run", -rc);
+}
+
 int main(int argc, char **argv)
 {
 	static struct server server;
 	struct server *sv = &server;
-	struct epoll_event evs[MAXEV];
+	struct kairos_queue *q;
 	struct kairos_stats st;
-	struct rlimit rl;
 	const char *backend = "?";
 	unsigned long port = 0, idle_ms = 1000, duration_s = 0;
-	uint64_t stop_ns = UINT64_MAX, callbacks;
+	uint64_t stop_ns = UINT64_MAX, open_at_exit;
+	struct rlimit rl;
 	uint16_t bound;
 	sigset_t mask;
-	int rc, drained;
+	int rc, drained, left;
 	bool ok;
 
 	for (int i = 1; i < argc; i++) {
@@ -568,55 +476,46 @@ int main(int argc, char **argv)
 	sv->idle_ns = idle_ms * MS;
 	idle_server = sv;
 
-	raise_nofile();
-	if (getrlimit(RLIMIT_NOFILE, &rl))
-		die("getrlimit", errno);
-	sv->nslots = rl.rlim_cur > 1000000 ? 1000000 : (uint32_t)rl.rlim_cur;
-	sv->conns = calloc(sv->nslots, sizeof(*sv->conns));
-	sv->free_slots = calloc(sv->nslots, sizeof(*sv->free_slots));
-	if (!sv->conns || !sv->free_slots)
-		die("calloc", ENOMEM);
-	/* Popped from the top: slot 0 first. */
-	for (uint32_t i = 0; i < sv->nslots; i++) {
-		sv->conns[i].fd = -1;
-		sv->free_slots[i] = sv->nslots - 1 - i;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	sv->nfree = sv->nslots;
-
 	/* Signals arrive as events of the loop; kairos threads inherit the mask. */
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGINT);
 	sigaddset(&mask, SIGTERM);
-	if (pthread_sigmask(SIG_BLOCK, &mask, NULL))
-		die("pthread_sigmask", EINVAL);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL))
+		die("sigprocmask", errno);
 	signal(SIGPIPE, SIG_IGN);
 
 	rc = kairos_create(NULL, &sv->k);
+	if (!rc)
+		rc = kairos_queue_create(sv->k, &q);
 	if (rc)
-		die("kairos_create", -rc);
+		die("kairos_create/kairos_queue_create", -rc);
+	sv->opts.queue = q;
+	sv->qfd = kairos_queue_fd(q);
 	kairos_backend_info(sv->k, 0, &backend, NULL);
 
-	if (pthread_mutex_init(&sv->q.lock, NULL))
-		die("pthread_mutex_init", EINVAL);
-	sv->q.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	sv->sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 	sv->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (sv->q.efd < 0 || sv->sfd < 0 || sv->epfd < 0)
-		die("eventfd/signalfd/epoll_create1", errno);
+	if (sv->sfd < 0 || sv->epfd < 0)
+		die("signalfd/epoll_create1", errno);
 	sv->lfd = listen_on((uint16_t)port, &bound);
-	ep_add(sv, sv->lfd, EPOLLIN, TAG_LISTEN);
-	ep_add(sv, sv->sfd, EPOLLIN, TAG_SIGNAL);
-	ep_add(sv, sv->q.efd, EPOLLIN, TAG_EXPIRED);
+	ep_ctl(sv, EPOLL_CTL_ADD, sv->lfd, EPOLLIN, &tag_listen);
+	ep_ctl(sv, EPOLL_CTL_ADD, sv->sfd, EPOLLIN, &tag_signal);
+	ep_ctl(sv, EPOLL_CTL_ADD, sv->qfd, EPOLLIN, &tag_queue);
 
 	printf("port %u\n", bound);
 	if (!sv->quiet)
-		printf("idle %lu ms, backend %s, %u slots\n", idle_ms, backend, sv->nslots);
+		printf("idle %lu ms, backend %s, queue on shard %d\n", idle_ms, backend,
+		       kairos_queue_shard(q));
 	fflush(stdout);
 	if (duration_s)
 		stop_ns = now_ns() + duration_s * 1000000000ull;
 
 	while (!sv->quit) {
-		uint64_t now = now_ns(), turn;
+		uint64_t now = now_ns(), t0;
 		int timeout = -1, n;
 
 		if (now >= stop_ns)
@@ -625,59 +524,29 @@ int main(int argc, char **argv)
 			timeout = (int)((stop_ns - now) / MS) + 1;
 		if (sv->listen_resume_ns) {
 			if (now >= sv->listen_resume_ns) {
-				struct epoll_event ev = { .events = EPOLLIN, .data.u64 = TAG_LISTEN };
-
-				epoll_ctl(sv->epfd, EPOLL_CTL_MOD, sv->lfd, &ev);
+				ep_ctl(sv, EPOLL_CTL_MOD, sv->lfd, EPOLLIN, &tag_listen);
 				sv->listen_resume_ns = 0;
 			} else {
 				timeout = 10;
 			}
 		}
-		n = epoll_wait(sv->epfd, evs, MAXEV, timeout);
+		n = epoll_wait(sv->epfd, sv->evs, MAXEV, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			die("epoll_wait", errno);
 		}
-		turn = now_ns();
-		for (int i = 0; i < n; i++) {
-			uint64_t tag = evs[i].data.u64;
-
-			if (tag == TAG_LISTEN) {
-				accept_all(sv);
-			} else if (tag == TAG_SIGNAL) {
-				struct signalfd_siginfo si;
-
-				if (read(sv->sfd, &si, sizeof(si)) == sizeof(si))
-					sv->quit = true;
-			} else if (tag == TAG_EXPIRED) {
-				drain_expired(sv, false);
-			} else if (sv->conns[tag].fd >= 0) {
-				/*
-				 * Read first even on EPOLLHUP/RDHUP: data sent
-				 * just before the close is still activity; the
-				 * read that returns 0 ends the connection.
-				 */
-				conn_readable(sv, (uint32_t)tag);
-			}
-		}
-		/*
-		 * With thousands of connections ready, epoll hands out MAXEV at
-		 * a time and the eventfd can wait many turns for its own; the
-		 * queue is looked at every turn instead.  Clearing the hint
-		 * before taking the queue loses nothing: a callback that pushes
-		 * after the take sets it again.
-		 */
-		if (atomic_exchange_explicit(&sv->q.queued, false, memory_order_relaxed))
-			drain_expired(sv, false);
-		turn = now_ns() - turn;
-		if (turn > sv->turn_max_ns)
-			sv->turn_max_ns = turn;
+		t0 = now_ns();
+		turn(sv, n);
+		t0 = now_ns() - t0;
+		if (t0 > sv->turn_max_ns)
+			sv->turn_max_ns = t0;
 	}
 
 	/*
-	 * Destroy first: after it returns no callback runs, so the counters
-	 * are final and the queue can be freed.  Pending timers are dropped.
+	 * Destroy ends the timers still armed and the expiries still waiting
+	 * in the queue (dropped, counted as drained): the counters are final,
+	 * and the queue is left empty.
 	 */
 	drained = kairos_destroy(sv->k, KAIROS_DRAIN_DROP);
 	if (drained < 0)
@@ -685,28 +554,22 @@ int main(int argc, char **argv)
 	rc = kairos_stats(sv->k, &st);
 	if (rc)
 		die("kairos_stats", -rc);
-	callbacks = atomic_load_explicit(&sv->callbacks, memory_order_relaxed);
-	/*
-	 * Every fired timer's message is in the queue now; those that fired
-	 * after the loop stopped close their connections (and count as idle).
-	 */
-	drain_expired(sv, true);
-	ok = drained >= 0 && !sv->arm_failed && st.early == 0 && st.pending == 0 &&
+	left = kairos_queue_destroy(q);
+	ok = drained >= 0 && left == 0 && !sv->arm_failed && !sv->broken && !sv->early &&
+	     st.early == 0 && st.pending == 0 &&
 	     st.armed == st.fired + st.cancelled + st.drained + st.pending &&
-	     callbacks == st.fired && sv->messages == callbacks &&
-	     (uint64_t)drained == st.drained;
-	sv->open_at_exit = sv->open;
-	for (uint32_t i = 0; i < sv->nslots; i++)
-		if (sv->conns[i].fd >= 0)
-			conn_release(sv, i);
+	     sv->callbacks == st.fired && (uint64_t)drained == st.drained;
+	open_at_exit = sv->open;
+	while (sv->conns) {
+		if (sv->conns->fd >= 0)
+			conn_close(sv, sv->conns);
+		conn_free(sv, sv->conns);
+	}
 	if (!sv->quiet)
-		report(sv, &st, drained, callbacks, ok);
+		report(sv, &st, drained, open_at_exit, ok);
 	fflush(stdout);
 	close(sv->lfd);
 	close(sv->sfd);
 	close(sv->epfd);
-	close(sv->q.efd);
-	free(sv->conns);
-	free(sv->free_slots);
 	return ok ? 0 : 1;
 }
