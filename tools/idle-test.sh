@@ -19,7 +19,12 @@
 # verdict (exit 3: the machine stalled the client for over half the slack
 # while something went wrong, and no close was early) is run again, up to
 # three runs in all; three inconclusive runs make the test skip (exit 77),
-# not pass.  The server is killed on every exit path, so a failure leaves
+# not pass.
+#
+# IDLE_TEST_SERVER_LATE_MS=N runs the server with a T N ms longer than the
+# client's, and then the test passes only if the client's verdict is FAIL
+# with late closes and no early or busy ones: the client's lateness check
+# can fail.  The server is killed on every exit path, so a failure leaves
 # nothing behind.
 set -u
 
@@ -36,6 +41,7 @@ duration=${IDLE_TEST_DURATION:-4}
 # was both programs waiting for a CPU).  100 ms keeps the check meaningful
 # (a close seen past T + 100 ms still fails) without flaking.
 slack_ms=${IDLE_TEST_SLACK_MS:-100}
+server_late_ms=${IDLE_TEST_SERVER_LATE_MS:-0}
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kairos-idle-test.XXXXXX") || exit 1
 spid=
@@ -69,7 +75,7 @@ fail() {
 run_once() {
 	# --duration is a safety net: the client's QUIT normally ends it.
 	shown=
-	"$server" --idle "$idle_ms" --duration $((duration + 30)) \
+	"$server" --idle $((idle_ms + server_late_ms)) --duration $((duration + 30)) \
 		>"$dir/server.out" 2>"$dir/server.err" &
 	spid=$!
 
@@ -117,6 +123,13 @@ run_once() {
 
 	[ "$src" -eq 0 ] || fail "server exited $src"
 	grep -q '^server: ok$' "$dir/server.out" || fail "server report not ok"
+	if [ "$server_late_ms" -gt 0 ]; then
+		[ "$lrc" -eq 1 ] || fail "a server $server_late_ms ms late, and the client exited $lrc"
+		grep -q '^idle closed by server: .*(early 0, late [1-9]' "$dir/load.out" ||
+			fail "a server $server_late_ms ms late, and no late close"
+		grep -q '^busy closed by server: 0$' "$dir/load.out" || fail "busy connections closed"
+		return 0
+	fi
 	case $lrc in
 	0)	grep -q '^verdict: PASS$' "$dir/load.out" || fail "no PASS verdict" ;;
 	3)	grep -q '^verdict: INCONCLUSIVE' "$dir/load.out" ||
