@@ -146,18 +146,39 @@ struct rec {
 } __attribute__((aligned(CACHELINE)));
 
 /*
- * Periodic timers keep their period beside the chunk, allocated on first
- * use.  The shard writes fire_ns and fire_status when it moves the record to
- * FIRING; the worker reads them after taking the record from the delivery
- * queue (whose mutex orders the two), and nobody writes them again until the
- * record is PENDING once more.
+ * What a record needs beyond its cache line, kept beside its chunk in an
+ * array allocated on first use: a periodic timer's period and runs, a
+ * jitter, a key.  A record uses its entry when it is periodic (ST_PERIODIC)
+ * or when REC_EXT is set in its wt.flags; the entry is written at arm,
+ * before the post's release publishes it.
+ *
+ * The shard writes fire_ns and fire_status when it moves a periodic record
+ * to FIRING; the worker reads them after taking the record from the
+ * delivery queue (whose mutex orders the two), and nobody writes them again
+ * until the record is PENDING once more.
  */
-struct rec_period {
+struct key_node;
+
+struct rec_ext {
 	uint64_t period_ns;
 	uint64_t next_ns;	/* the deadline (ns) of the coming run; saturates */
 	uint64_t fire_ns;	/* the deadline of the run being delivered */
 	int fire_status;	/* the expirations it covers */
+	uint32_t policy;	/* periodic: KAIROS_PERIOD_* (0: fixed rate) */
+	uint64_t jitter_ns;	/* every deadline gets up to this much later */
+	/*
+	 * The key this timer holds, until whoever ends it (or takes its key
+	 * away) exchanges it for NULL (key.c).
+	 */
+	_Atomic(struct key_node *) key;
+	uint64_t spare[2];
 };
+
+_Static_assert(sizeof(struct rec_ext) == 64, "an ext entry is one cache line");
+
+/* wt.flags: the record's queue number, and whether its ext entry is in use. */
+#define REC_QUEUE_MASK	0x7fffu
+#define REC_EXT		0x8000u
 
 /*
  * Records come in chunks of 4096 slots, 256 KiB, aligned to their size.  Slot
@@ -173,7 +194,7 @@ struct rec_period {
 struct chunk_head {
 	uint32_t no;				/* chunk number in its shard */
 	uint32_t shard;				/* the shard's index */
-	_Atomic(struct rec_period *) period;	/* CHUNK_RECS entries, or NULL */
+	_Atomic(struct rec_ext *) ext;		/* CHUNK_RECS entries, or NULL */
 };
 
 struct rec_chunk {
@@ -209,7 +230,13 @@ static inline void rec_link_set(struct rec *r, struct rec *next)
  */
 static inline unsigned rec_queue_no(const struct rec *r)
 {
-	return __atomic_load_n(&r->wt.flags, __ATOMIC_RELAXED);
+	return __atomic_load_n(&r->wt.flags, __ATOMIC_RELAXED) & REC_QUEUE_MASK;
+}
+
+/* Whether @r uses its ext entry for more than a period (a key, a jitter). */
+static inline bool rec_has_ext(const struct rec *r)
+{
+	return __atomic_load_n(&r->wt.flags, __ATOMIC_RELAXED) & REC_EXT;
 }
 
 /* The record after @r on a chain through wt.link.next (its first member). */
@@ -338,7 +365,7 @@ void backend_fallback(struct shard *s, int err);
  * them.
  */
 #define QUEUE_BLOCK	1024
-#define QUEUE_DIRS	64
+#define QUEUE_DIRS	32
 #define QUEUE_MAX	(QUEUE_BLOCK * QUEUE_DIRS - 1)	/* numbers 1 .. QUEUE_MAX */
 
 struct kairos_queue {
@@ -621,7 +648,7 @@ void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
-struct rec_period *table_period(struct shard *s, uint32_t index);
+struct rec_ext *table_ext(struct shard *s, uint32_t index);
 uint32_t table_index(struct shard *s, const struct rec *r);
 void table_retire(struct kairos *k, struct shard *s, struct rec *r);
 int table_reclaimer_start(struct kairos *k);
@@ -652,7 +679,7 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
 void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count);
-void period_advance(struct rec_period *p, uint64_t from_ns, uint64_t now_ns);
+void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);

@@ -495,7 +495,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	__atomic_store_n(&r->wt.flags, q ? (uint16_t)q->no : 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (period_ns) {
-		struct rec_period *p = table_period(s, index);
+		struct rec_ext *p = table_ext(s, index);
 
 		if (!p) {
 			/* Not reachable by anyone yet: straight back to the pool. */

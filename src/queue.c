@@ -250,7 +250,7 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 		return false;
 	}
 	for (r = first; r; r = next) {
-		struct rec_period *p;
+		struct rec_ext *p;
 		uint64_t old;
 
 		next = rec_chain_next(r);
@@ -265,7 +265,7 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 		case CLAIM_RUN:
 			break;
 		}
-		p = old & ST_PERIODIC ? table_period(s, table_index(s, r)) : NULL;
+		p = old & ST_PERIODIC ? table_ext(s, table_index(s, r)) : NULL;
 		if (s->ops->post(s, fd, (uint64_t)(uintptr_t)r->arg,
 				 p ? (uint32_t)p->fire_status : 1u, r) == 0) {
 			posting_add(s, r);

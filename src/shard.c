@@ -153,7 +153,7 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 		 * deadline before anything fires, so filing it now is safe.
 		 */
 		if (old & ST_REBASE) {
-			struct rec_period *p = table_period(s, table_index(s, r));
+			struct rec_ext *p = table_ext(s, table_index(s, r));
 
 			p->next_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
 						   s->k->cfg.tick_ns);
@@ -286,7 +286,7 @@ static void deliver(struct shard *s, struct rec *r)
  */
 static void period_step(struct shard *s, struct rec *r)
 {
-	struct rec_period *p = table_period(s, table_index(s, r));
+	struct rec_ext *p = table_ext(s, table_index(s, r));
 
 	period_advance(p, p->next_ns, s->now_ns);
 }
@@ -297,7 +297,7 @@ static void period_step(struct shard *s, struct rec *r)
  * drainer calls it again for a periodic expiry that waited there, so that
  * the periods missed while it waited join the same call.
  */
-void period_advance(struct rec_period *p, uint64_t from_ns, uint64_t now_ns)
+void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 {
 	uint64_t late = now_ns > from_ns ? now_ns - from_ns : 0;
 	uint64_t covered = late / p->period_ns + 1, step;

@@ -291,20 +291,20 @@ struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
 	return &c->h.pad + (idx & (CHUNK_RECS - 1));
 }
 
-/* The period slot of record @index, allocating its chunk's array if needed. */
-struct rec_period *table_period(struct shard *s, uint32_t index)
+/* The ext entry of record @index, allocating its chunk's array if needed. */
+struct rec_ext *table_ext(struct shard *s, uint32_t index)
 {
 	struct rec_chunk *c = atomic_load_explicit(&s->chunk[index >> CHUNK_BITS],
 						   memory_order_acquire);
-	struct rec_period *p = atomic_load_explicit(&c->h.head.period, memory_order_acquire);
+	struct rec_ext *p = atomic_load_explicit(&c->h.head.ext, memory_order_acquire);
 
 	if (!p) {
 		mutex_lock(&s->grow_lock);
-		p = atomic_load_explicit(&c->h.head.period, memory_order_relaxed);
+		p = atomic_load_explicit(&c->h.head.ext, memory_order_relaxed);
 		if (!p) {
 			p = fault_calloc(CHUNK_RECS, sizeof(*p));
 			if (p)
-				atomic_store_explicit(&c->h.head.period, p, memory_order_release);
+				atomic_store_explicit(&c->h.head.ext, p, memory_order_release);
 		}
 		mutex_unlock(&s->grow_lock);
 		if (!p)
@@ -481,7 +481,7 @@ void table_free(struct shard *s)
 	for (unsigned i = 0; i < n; i++) {
 		struct rec_chunk *c = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);
 
-		free(atomic_load_explicit(&c->h.head.period, memory_order_relaxed));
+		free(atomic_load_explicit(&c->h.head.ext, memory_order_relaxed));
 		munmap(c, CHUNK_BYTES);
 	}
 	atomic_store_explicit(&s->nchunks, 0, memory_order_relaxed);

@@ -96,7 +96,7 @@ void worker_tally_flush(struct shard *s, struct wtally *w)
  */
 void worker_rearm(struct shard *s, struct rec *r)
 {
-	struct rec_period *p = table_period(s, table_index(s, r));
+	struct rec_ext *p = table_ext(s, table_index(s, r));
 	uint64_t tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
 	uint64_t old;
 
@@ -126,7 +126,7 @@ uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool per
 	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
 
 	if (periodic) {
-		struct rec_period *p = table_period(s, table_index(s, r));
+		struct rec_ext *p = table_ext(s, table_index(s, r));
 
 		if (coalesce)
 			period_advance(p, p->fire_ns, now);

@@ -369,7 +369,7 @@ struct kairos_expiry {
  *
  * Context: any thread; takes a per-service lock for a few instructions.
  * Return: 0; -EINVAL for a NULL argument; -ENOMEM; -EMFILE or -ENFILE (its
- * eventfd); -ENOSPC with 65535 queues in @k; -ESHUTDOWN.
+ * eventfd); -ENOSPC with 32767 queues in @k; -ESHUTDOWN.
  */
 int kairos_queue_create(struct kairos *k, struct kairos_queue **out);
 
