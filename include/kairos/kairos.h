@@ -79,13 +79,21 @@ struct kairos_config {
 	unsigned shards;		/* 0: one per online CPU (at most 256) */
 	unsigned workers;		/* callback threads per shard; 0: 2 */
 	uint64_t tick_ns;		/* wheel tick; 0: 1 ms; 1 us to 1 s */
-	int clock;			/* a clockid_t: 0 or CLOCK_MONOTONIC (default), CLOCK_BOOTTIME */
+	int clock;			/* a clockid_t: 0 or CLOCK_MONOTONIC (default),
+					 * CLOCK_BOOTTIME; or KAIROS_CLOCK_MANUAL */
 	uint64_t max_timers;		/* cap on pending timers; 0: none */
 	int pin_cpus;			/* non-zero: pin shard k and its workers to CPU k */
 	enum kairos_delivery delivery;
 	enum kairos_backend backend;
 	unsigned ring_entries;		/* io_uring SQ size; 0: 8; 1 works (slower) */
 };
+
+/*
+ * kairos_config.clock: a clock that only kairos_clock_advance() moves, for
+ * tests of code that uses kairos.  It starts at 0; the service never reads
+ * a system clock and arms no timerfd.  (Not a clockid of Linux.)
+ */
+#define KAIROS_CLOCK_MANUAL	1024
 
 /* Counters of a service; see kairos_stats(). */
 struct kairos_stats {
@@ -218,7 +226,23 @@ int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns, kai
 		     void *arg, kairos_id *out);
 
 /* kairos_timer_opts.flags */
-#define KAIROS_ABSTIME	0x1	/* @when_ns is a time of the service clock, not a delay */
+#define KAIROS_ABSTIME		0x1	/* @when_ns is a time of the service clock, not a delay */
+#define KAIROS_KEY_REPLACE	0x2	/* the key is held: cancel its holder, take the key */
+/*
+ * A periodic timer's policy, one of (0 is fixed rate):
+ *  - FIXED_RATE: the next deadline is the previous one + the period; periods
+ *    missed while the service or the callback was late coalesce into one
+ *    call whose status counts them.
+ *  - FIXED_DELAY: the next deadline is the end of the callback + the period.
+ *  - SKIP: missed periods are dropped (status 1); the deadlines stay on the
+ *    grid of the first deadline + n periods.
+ */
+#define KAIROS_PERIOD_FIXED_RATE	0x0
+#define KAIROS_PERIOD_FIXED_DELAY	0x4
+#define KAIROS_PERIOD_SKIP		0x8
+
+/* The longest key, in bytes. */
+#define KAIROS_KEY_MAX	256
 
 /*
  * Options of one timer for kairos_arm_opts(): zero-fill, set what you need.
@@ -230,10 +254,12 @@ struct kairos_timer_opts {
 					 * workers (or inline) */
 	uint64_t slack_ns;		/* may fire up to this late, never early */
 	uint64_t period_ns;		/* periodic with this period; 0: one-shot */
-	uint64_t jitter_ns;		/* not supported yet: must be 0 */
-	const void *key;		/* not supported yet: must be NULL */
-	size_t key_len;			/* not supported yet: must be 0 */
-	int flags;			/* KAIROS_ABSTIME */
+	uint64_t jitter_ns;		/* each deadline (first, reset, period) is
+					 * uniform in [due, due + jitter_ns] */
+	const void *key;		/* a key of the caller's bytes, or NULL */
+	size_t key_len;			/* 1 .. KAIROS_KEY_MAX with a key, else 0 */
+	int flags;			/* KAIROS_ABSTIME, KAIROS_KEY_REPLACE,
+					 * KAIROS_PERIOD_* */
 	int reserved_int;		/* must be 0 */
 	uint64_t reserved[6];		/* must be 0 */
 };
@@ -456,6 +482,55 @@ int kairos_queue_run(struct kairos_queue *q, unsigned max);
  */
 int kairos_queue_take(struct kairos_queue *q, struct kairos_expiry *out, unsigned max,
 		      int64_t timeout_ns);
+
+/*
+ * kairos_key_reset - kairos_reset() of the timer that holds the key @key of
+ * @len bytes.
+ *
+ * Context: any thread; does not block.
+ * Return: as kairos_reset(); -ENOENT also when no timer holds the key;
+ * -EINVAL for a NULL @key, or @len 0 or over KAIROS_KEY_MAX.
+ */
+int kairos_key_reset(struct kairos *k, const void *key, size_t len, uint64_t delay_ns);
+
+/*
+ * kairos_key_cancel - kairos_cancel() of the timer that holds @key.  A
+ * cancel that returns 0 releases the key.
+ *
+ * Context: any thread; does not block.
+ * Return: as kairos_cancel(); -ENOENT also when no timer holds the key;
+ * -EINVAL as kairos_key_reset().
+ */
+int kairos_key_cancel(struct kairos *k, const void *key, size_t len);
+
+/*
+ * kairos_key_find - the id of the timer that holds @key, into *@out.
+ *
+ * Context: any thread; does not block.
+ * Return: 0; -ENOENT when no timer holds the key; -EINVAL as
+ * kairos_key_reset() or for a NULL @out; -ESHUTDOWN.
+ */
+int kairos_key_find(struct kairos *k, const void *key, size_t len, kairos_id *out);
+
+/*
+ * kairos_remaining - how long timer @id has left before its (next)
+ * deadline, in ns, into *@ns: 0 once it is due but has not run, never a
+ * wrapped value.
+ *
+ * Context: any thread; does not block.
+ * Return: 0; -ENOENT once the timer has ended (or for an id never issued);
+ * -EINVAL for a NULL @k or @ns or an id of 0; -ESHUTDOWN.
+ */
+int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns);
+
+/*
+ * kairos_clock_advance - moves a KAIROS_CLOCK_MANUAL service's clock @ns
+ * forward and makes due whatever became due.
+ *
+ * Return: 0; -EINVAL for a service whose clock is not manual; -EOVERFLOW
+ * past 2^64 - 1 ns; -ESHUTDOWN.
+ */
+int kairos_clock_advance(struct kairos *k, uint64_t ns);
 
 /*
  * kairos_now - reads the service clock (the configured clockid), in ns.
