@@ -254,7 +254,7 @@ struct kairos_timer_opts {
 					 * workers (or inline) */
 	uint64_t slack_ns;		/* may fire up to this late, never early */
 	uint64_t period_ns;		/* periodic with this period; 0: one-shot */
-	uint64_t jitter_ns;		/* each deadline (first, reset, period) is
+	uint64_t jitter_ns;		/* the first deadline and each reset are
 					 * uniform in [due, due + jitter_ns] */
 	const void *key;		/* a key of the caller's bytes, or NULL */
 	size_t key_len;			/* 1 .. KAIROS_KEY_MAX with a key, else 0 */
