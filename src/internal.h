@@ -158,6 +158,7 @@ struct rec {
  * until the record is PENDING once more.
  */
 struct key_node;
+struct cds_lfht;
 
 struct rec_ext {
 	uint64_t period_ns;
@@ -558,6 +559,16 @@ struct kairos {
 	pthread_mutex_t q_lock;
 	_Atomic(qslot *) qdir[QUEUE_DIRS];
 	_Atomic bool queues_gone;	/* teardown has ended what queues held */
+
+	/*
+	 * Keys (key.c): the table, made by the first keyed arm under
+	 * key_lock; its hash seed; nodes removed from it, which the
+	 * reclaimer frees after a grace period.
+	 */
+	_Atomic(struct cds_lfht *) keys;
+	pthread_mutex_t key_lock;
+	uint64_t key_seed;
+	_Atomic(struct key_node *) key_garbage;
 };
 
 /* The shard record @r belongs to (from its chunk's header). */
@@ -649,6 +660,10 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 struct rec_ext *table_ext(struct shard *s, uint32_t index);
+/* The ext entry of record @index, or NULL if its chunk has none (never allocates). */
+struct rec_ext *table_ext_peek(struct shard *s, uint32_t index);
+/* Wakes the reclaimer: something waits for a grace period. */
+void table_kick(struct kairos *k);
 uint32_t table_index(struct shard *s, const struct rec *r);
 void table_retire(struct kairos *k, struct shard *s, struct rec *r);
 int table_reclaimer_start(struct kairos *k);

@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "key.h"
 #include "timer.h"
 
 /*
@@ -280,6 +281,8 @@ static uint64_t teardown(struct kairos *k, int how)
 		shard_drain(k, k->shards[i], how, &drained);
 	queue_teardown_drain(k, how, &drained);
 	table_reclaimer_stop(k);
+	/* Every timer has ended and given its key up. */
+	key_teardown(k);
 	/* Nothing runs any more: these are the service's last counters. */
 	ts_lock(k);
 	stats_collect(k, &k->final);
@@ -310,6 +313,8 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 		rc = pthread_mutex_init(&k->q_lock, NULL);
 	if (!rc)
 		rc = pthread_mutex_init(&k->staff_lock, NULL);
+	if (!rc)
+		rc = pthread_mutex_init(&k->key_lock, NULL);
 	if (rc)
 		kairos_die_err("pthread_mutex_init", rc);	/* cannot fail with default attributes */
 	if (cfg)
@@ -325,6 +330,8 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 		k->salt = (uint32_t)clock_now_ns(CLOCK_MONOTONIC) * 2654435761u;
 	if (k->salt == 0)
 		k->salt = 1;
+	if (getrandom(&k->key_seed, sizeof(k->key_seed), GRND_NONBLOCK) != sizeof(k->key_seed))
+		k->key_seed = clock_now_ns(CLOCK_MONOTONIC) * UINT64_C(0x9e3779b97f4a7c15) ^ k->salt;
 	k->nshards = k->cfg.shards;
 	k->shards = fault_calloc(k->nshards, sizeof(*k->shards));
 	if (!k->shards) {
@@ -346,6 +353,7 @@ fail:
 	pthread_mutex_destroy(&k->thr_lock);
 	pthread_mutex_destroy(&k->q_lock);
 	pthread_mutex_destroy(&k->staff_lock);
+	pthread_mutex_destroy(&k->key_lock);
 	free(k->shards);
 	free(k);
 	return rc;
@@ -454,15 +462,35 @@ static void arm_backoff(struct kairos *k, unsigned index)
 	atomic_fetch_sub_explicit(&k->ev_waiters, 1, memory_order_relaxed);
 }
 
-/* Arms a timer for @deadline_ns; called inside the read-side section. */
+static int cancel(struct kairos *k, kairos_id id, uint64_t *seen);
+
+/* Counts an arm (@n = 1) in the calling thread's own state, or takes it back (-1). */
+static void arm_count(struct kairos *k, struct tstate *t, int n)
+{
+	if (t)
+		atomic_store_explicit(&t->armed,
+				      atomic_load_explicit(&t->armed, memory_order_relaxed) +
+				      (uint64_t)(int64_t)n, memory_order_release);
+	else
+		atomic_fetch_add_explicit(&k->base.armed, (uint64_t)(int64_t)n,
+					  memory_order_release);
+}
+
+/*
+ * Arms a timer for @deadline_ns; called inside the read-side section.  With
+ * @kn, the timer takes that key (key.c); the caller frees @kn if this
+ * fails.
+ */
 static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
 	       uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out,
-	       unsigned *behind)
+	       struct key_node *kn, bool replace, unsigned *behind)
 {
+	struct rec_ext *e = NULL;
 	struct shard *s;
 	struct rec *r;
 	uint32_t index;
 	uint64_t tick;
+	kairos_id id;
 	uint32_t gen;
 	int rc;
 
@@ -492,33 +520,63 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	/* Whole ticks only, rounded down: the window is never exceeded. */
 	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
 							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
-	__atomic_store_n(&r->wt.flags, q ? (uint16_t)q->no : 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->wt.flags, (uint16_t)((q ? q->no : 0) | (kn ? REC_EXT : 0)),
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
-	if (period_ns) {
-		struct rec_ext *p = table_ext(s, index);
-
-		if (!p) {
+	if (period_ns || kn) {
+		e = table_ext(s, index);
+		if (!e) {
 			/* Not reachable by anyone yet: straight back to the pool. */
+			__atomic_store_n(&r->wt.flags, 0, __ATOMIC_RELAXED);
 			table_retire(k, s, r);
 			if (k->cfg.max_timers)
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 			return -ENOMEM;
 		}
-		p->period_ns = period_ns;
-		p->next_ns = deadline_ns;
+		if (period_ns) {
+			e->period_ns = period_ns;
+			e->next_ns = deadline_ns;
+		}
+		atomic_store_explicit(&e->key, kn, memory_order_relaxed);
 	}
 	/* Its queue stays until it ends (queue.c). */
 	if (q)
 		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 	/* The post's release publishes the fields above with the state. */
 	gen = timer_publish(r, period_ns != 0);
-	/* Counted before the post's release: whoever ends it sees the count. */
-	if (t)
-		ts_bump(&t->armed);
-	else
-		atomic_fetch_add_explicit(&k->base.armed, 1, memory_order_release);
+	id = id_make(gen, s->index, index);
+	/* Counted before anyone can end it: whoever does sees the count. */
+	arm_count(k, t, 1);
+	if (kn) {
+		kairos_id holder;
+
+		/*
+		 * The key maps to a live timer from here on (PENDING | QUEUED:
+		 * a cancel meanwhile leaves the post below to this thread).
+		 */
+		key_node_set_id(kn, id);
+		rc = key_take(k, kn, replace, &holder);
+		if (rc) {
+			/* Held: no one can have seen this record; it was never armed. */
+			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
+			timer_unpublish(r);
+			arm_count(k, t, -1);
+			table_retire(k, s, r);
+			if (q)
+				queue_unref(q);
+			if (k->cfg.max_timers)
+				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
+			return rc;
+		}
+		if (holder) {
+			uint64_t seen;
+
+			/* Exactly as kairos_cancel(): it may be running already. */
+			(void)cancel(k, holder, &seen);
+		}
+	}
 	if (out)
-		*out = id_make(gen, s->index, index);
+		*out = id;
 	if (shard_post(s, r, tick))
 		*behind = s->index + 1;
 	return 0;
@@ -534,7 +592,7 @@ enum when { WHEN_AT, WHEN_AFTER };
  */
 static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
 		     uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg,
-		     kairos_id *out)
+		     kairos_id *out, struct key_node *kn, bool replace)
 {
 	uint64_t deadline = t_ns;
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
@@ -547,10 +605,10 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 	t = atomic_load_explicit(&k->dead, memory_order_relaxed) ? NULL : ts_for(k);
 	/* So are the workers, for the first timer that needs them. */
 	if (!q && fn && (rc = staff(k)) != 0)
-		return rc;
+		goto out_free;
 	rc = service_enter(k);
 	if (rc)
-		return rc;
+		goto out_free;
 	if (q ? q->k != k || atomic_load_explicit(&q->closed, memory_order_relaxed) : !fn) {
 		/* A queue's timer may leave the callback out (kairos_queue_take()). */
 		rc = -EINVAL;
@@ -558,24 +616,29 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
-		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, &behind);
+		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, kn, replace,
+			 &behind);
 	}
 	service_leave();
 	if (behind)
 		arm_backoff(k, behind - 1);
+out_free:
+	/* A key that did not go into the table is this call's to free. */
+	if (rc && kn)
+		key_node_free(kn);
 	return rc;
 }
 
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, NULL, fn, arg, out);
+	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, NULL, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
@@ -583,23 +646,25 @@ KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_
 {
 	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, NULL, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, NULL, fn, arg, out);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, NULL, fn, arg, out, NULL, false);
 }
 
 /* The flags kairos_arm_opts() knows; every other bit is -EINVAL. */
-#define OPTS_FLAGS	KAIROS_ABSTIME
+#define OPTS_FLAGS	(KAIROS_ABSTIME | KAIROS_KEY_REPLACE)
 
 KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 				  const struct kairos_timer_opts *o, kairos_fn fn, void *arg,
 				  kairos_id *out)
 {
 	static const struct kairos_timer_opts none;
+	struct key_node *kn = NULL;
+	int rc;
 
 	if (!k)
 		return -EINVAL;
@@ -612,11 +677,18 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return -EINVAL;
-	if (o->jitter_ns || o->key || o->key_len)
+	if (o->key ? key_check(o->key, o->key_len) != 0
+		   : o->key_len || (o->flags & KAIROS_KEY_REPLACE))
+		return -EINVAL;
+	if (o->jitter_ns)
 		return -EOPNOTSUPP;
+	/* The key's node is made outside the read-side section: it allocates. */
+	if (o->key && (rc = key_node_new(k, o->key, o->key_len, &kn)) != 0)
+		return rc;
 	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
 	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns,
-			 o->period_ns, o->slack_ns, o->queue, fn, arg, out);
+			 o->period_ns, o->slack_ns, o->queue, fn, arg, out, kn,
+			 o->flags & KAIROS_KEY_REPLACE);
 }
 
 /* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
@@ -650,6 +722,8 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	rc = timer_cancel(r, id_gen(id), &old, seen);
 	if (rc)
 		return rc;
+	/* Ended: its key is free as this returns. */
+	key_release(k, r);
 	/* This thread's own count when it is on @k, else the shared one. */
 	if ((t = ts_mine(k)))
 		ts_bump(&t->cancelled);
@@ -904,6 +978,91 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 	}
 	rc = moved;
 out:
+	service_leave();
+	return rc;
+}
+
+/*
+ * What the key calls do to the timer that holds a key: cancel it, or move
+ * its deadline to an absolute time.
+ */
+enum key_op { KEY_CANCEL, KEY_RESET };
+
+/*
+ * Applies @op to the holder of @key, inside the read-side section.  A holder
+ * that ended between the lookup and the call may have passed the key on:
+ * then the call goes to the new holder, so that a key held throughout is
+ * never reported missing.
+ */
+static int key_apply(struct kairos *k, const void *key, size_t len, enum key_op op,
+		     uint64_t deadline_ns)
+{
+	kairos_id id, again;
+	uint64_t seen;
+	int rc;
+
+	for (rc = key_lookup(k, key, len, &id); rc == 0; id = again) {
+		rc = op == KEY_CANCEL ? cancel(k, id, &seen) : reset(k, id, deadline_ns);
+		if (rc != -ENOENT || key_lookup(k, key, len, &again) || again == id)
+			break;
+	}
+	return rc;
+}
+
+/* Enters a key call: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
+static int enter_key(struct kairos *k, const void *key, size_t len)
+{
+	int rc;
+
+	if (!k)
+		return -EINVAL;
+	rc = service_enter(k);
+	if (!rc && key_check(key, len)) {
+		service_leave();
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+KAIROS_EXPORT int kairos_key_cancel(struct kairos *k, const void *key, size_t len)
+{
+	int rc;
+
+	if (k && !atomic_load_explicit(&k->dead, memory_order_relaxed))
+		(void)ts_for(k);	/* so that the count is this thread's own */
+	rc = enter_key(k, key, len);
+	if (rc)
+		return rc;
+	rc = key_apply(k, key, len, KEY_CANCEL, 0);
+	service_leave();
+	return rc;
+}
+
+KAIROS_EXPORT int kairos_key_reset(struct kairos *k, const void *key, size_t len,
+				   uint64_t delay_ns)
+{
+	uint64_t deadline_ns;
+	int rc;
+
+	rc = enter_key(k, key, len);
+	if (rc)
+		return rc;
+	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+		rc = -EOVERFLOW;
+	else
+		rc = key_apply(k, key, len, KEY_RESET, deadline_ns);
+	service_leave();
+	return rc;
+}
+
+KAIROS_EXPORT int kairos_key_find(struct kairos *k, const void *key, size_t len, kairos_id *out)
+{
+	int rc;
+
+	rc = enter_key(k, key, len);
+	if (rc)
+		return rc;
+	rc = out ? key_lookup(k, key, len, out) : -EINVAL;
 	service_leave();
 	return rc;
 }

@@ -46,6 +46,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "key.h"
 #include "timer.h"
 
 static int queue_ring_swap(struct kairos_queue *q, int fd);
@@ -268,6 +269,13 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 		p = old & ST_PERIODIC ? table_ext(s, table_index(s, r)) : NULL;
 		if (s->ops->post(s, fd, (uint64_t)(uintptr_t)r->arg,
 				 p ? (uint32_t)p->fire_status : 1u, r) == 0) {
+			/*
+			 * A one-shot's key is free before its CQE can be seen.
+			 * (Should the kernel refuse the post, the entry waits
+			 * on the list without it.)
+			 */
+			if (!p)
+				key_release(k, r);
 			posting_add(s, r);
 			continue;
 		}

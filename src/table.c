@@ -26,6 +26,7 @@
 
 #include "fault.h"
 #include "internal.h"
+#include "key.h"
 #include "timer.h"
 
 static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n);
@@ -291,6 +292,15 @@ struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
 	return &c->h.pad + (idx & (CHUNK_RECS - 1));
 }
 
+struct rec_ext *table_ext_peek(struct shard *s, uint32_t index)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[index >> CHUNK_BITS],
+						   memory_order_acquire);
+	struct rec_ext *p = atomic_load_explicit(&c->h.head.ext, memory_order_acquire);
+
+	return p ? &p[index & (CHUNK_RECS - 1)] : NULL;
+}
+
 /* The ext entry of record @index, allocating its chunk's array if needed. */
 struct rec_ext *table_ext(struct shard *s, uint32_t index)
 {
@@ -313,7 +323,7 @@ struct rec_ext *table_ext(struct shard *s, uint32_t index)
 	return &p[index & (CHUNK_RECS - 1)];
 }
 
-static void reclaim_kick(struct kairos *k)
+void table_kick(struct kairos *k)
 {
 	atomic_fetch_add_explicit(&k->reclaim_seq, 1, memory_order_release);
 	futex_wake32(&k->reclaim_seq, 1);
@@ -336,7 +346,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 							memory_order_relaxed));
 	/* The first bundle of a batch wakes the reclaimer; later ones ride along. */
 	if (!old)
-		reclaim_kick(k);
+		table_kick(k);
 }
 
 /*
@@ -345,6 +355,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
  */
 void table_retire(struct kairos *k, struct shard *s, struct rec *r)
 {
+	key_release(k, r);
 	free_set_next(r, NULL);
 	r->ahead = NULL;
 	retired_push(k, s, r, 1);
@@ -359,6 +370,7 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 {
 	struct rec **slot = &b->recent[b->n % FREE_AHEAD];
 
+	key_release(k, r);
 	free_set_next(r, NULL);
 	r->ahead = NULL;
 	/* The record FREE_AHEAD back (its line is still this thread's) learns of @r. */
@@ -421,11 +433,15 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 		stack_push(&s->free_head, out, out_last);
 }
 
-/* Moves every retired record back to its free stack after one grace period. */
+/*
+ * Moves every retired record back to its free stack after one grace period,
+ * and frees the key nodes removed so far (key.c) after the same one.
+ */
 static bool reclaim_pass(struct kairos *k)
 {
 	struct rec *taken[MAX_SHARDS];
-	bool any = false;
+	struct key_node *garbage = key_garbage_take(k);
+	bool any = garbage != NULL;
 
 	for (unsigned i = 0; i < k->nshards; i++) {
 		/* Acquire pairs with table_retire()'s release. */
@@ -438,7 +454,9 @@ static bool reclaim_pass(struct kairos *k)
 	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
 	for (unsigned i = 0; i < k->nshards; i++)
-		reclaim_shard(k->shards[i], taken[i]);
+		if (taken[i])
+			reclaim_shard(k->shards[i], taken[i]);
+	key_garbage_free(garbage);
 	return true;
 }
 
@@ -470,7 +488,7 @@ int table_reclaimer_start(struct kairos *k)
 void table_reclaimer_stop(struct kairos *k)
 {
 	atomic_store_explicit(&k->reclaim_stop, 1, memory_order_release);
-	reclaim_kick(k);
+	table_kick(k);
 	thread_join(k->reclaimer);
 }
 

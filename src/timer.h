@@ -12,6 +12,11 @@
  *                                      (after a grace period: no reader still holds the old id)
  *  FREE            PENDING | QUEUED    arming        relaxed     is posted; the post's release
  *                                                                publishes the word and fields
+ *                                                                (a keyed arm inserts its key
+ *                                                                between the two: key.c)
+ *  PENDING | QUEUED FREE               arming        relaxed     never posted, its id never
+ *   (not posted)                                                 given: a keyed arm that found
+ *                                                                its key held retires it
  *  PENDING         RESETTING           resetter      acquire     is held for one deadline store
  *  RESETTING       PENDING, ver + 1    resetter      release     is posted if earlier/periodic
  *  FIRING (queue,  RESETTING           resetter      acquire     is held for one deadline store
@@ -76,6 +81,18 @@ static inline uint32_t timer_publish(struct rec *r, bool periodic)
 			      st_with(st, ST_PENDING) | ST_QUEUED | (periodic ? ST_PERIODIC : 0),
 			      memory_order_relaxed);
 	return st_gen(st);
+}
+
+/*
+ * PENDING | QUEUED -> FREE: takes back an arm whose record was never posted
+ * and whose id no one was given (its key was held), so that no one else
+ * can have seen the word.
+ */
+static inline void timer_unpublish(struct rec *r)
+{
+	uint64_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
+
+	atomic_store_explicit(&r->state, (st & ST_GEN_MASK) | ST_FREE, memory_order_relaxed);
 }
 
 /*

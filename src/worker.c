@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "key.h"
 #include "timer.h"
 
 _Thread_local struct kairos *tls_service;
@@ -125,6 +126,9 @@ uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool per
 {
 	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
 
+	/* A one-shot ends here: its key is free before its callback runs. */
+	if (!periodic)
+		key_release(k, r);
 	if (periodic) {
 		struct rec_ext *p = table_ext(s, table_index(s, r));
 

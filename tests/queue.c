@@ -805,11 +805,6 @@ START_TEST(test_queue_errors)
 	o.jitter_ns = T_MS;
 	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EOPNOTSUPP);
 	o.jitter_ns = 0;
-	o.key = "k";
-	o.key_len = 1;
-	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EOPNOTSUPP);
-	o.key = NULL;
-	o.key_len = 0;
 	/* A queue of another service. */
 	o.queue = q2;
 	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EINVAL);

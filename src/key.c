@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * key.c - timers named by the user's own bytes.
+ *
+ * A service that uses keys has one lock-free hash table (liburcu's cds_lfht)
+ * from a key to a node holding the id of the timer that holds it.  The
+ * table is made with the first keyed arm, so a service without keys pays
+ * nothing, not even the table's resize thread.
+ *
+ * Who holds a node:
+ *  - The table, from the arm that inserts it until a removal: cds_lfht_del()
+ *    when its timer ends, or cds_lfht_replace() by a KAIROS_KEY_REPLACE arm
+ *    that takes the key over.  Either removal happens once.
+ *  - The timer's ext entry (rec_ext.key), from its arm until whoever ends
+ *    the timer exchanges it for NULL: that thread, and only it, removes the
+ *    node from the table (which fails harmlessly if a replace came first)
+ *    and hands it to the reclaimer, which frees it after a grace period.
+ *    Readers that found the node inside a read-side section may still be
+ *    looking at it until then.
+ *
+ * A timer ends, and releases its key, at the first of: a cancel that
+ * returns 0 (kairos.c: cancel()), the claim that starts its one-shot
+ * callback or hands its expiry out (before the callback runs, so that it
+ * may arm the same key again), and its retirement (every other end: a
+ * periodic timer stopped, a drain, a destroyed queue).
+ *
+ * A keyed arm publishes its record (PENDING | QUEUED: live, but not yet on
+ * its shard's inbox) before it inserts the key, and posts it after: from
+ * the moment the key maps to it, the timer can be cancelled or reset like
+ * any other, and a cancel meanwhile leaves the post to the arm (timer.h).
+ * An arm that finds the key held unpublishes the record, which no one else
+ * could have reached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rcu.h"
+#include <urcu/rculfhash.h>
+
+#include "fault.h"
+#include "internal.h"
+#include "key.h"
+
+/*
+ * liburcu-cds is not built with TSan, so TSan does not see that
+ * cds_lfht_add_unique() and cds_lfht_replace() (full barriers) publish a
+ * node's contents to the lookups that find it.  TSan builds say so
+ * explicitly; other builds compile these away.
+ */
+#ifdef __SANITIZE_THREAD__
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define tsan_published(p)	__tsan_release(p)
+#define tsan_found(p)		__tsan_acquire(p)
+#else
+#define tsan_published(p)	((void)(p))
+#define tsan_found(p)		((void)(p))
+#endif
+
+struct key_node {
+	struct cds_lfht_node node;
+	struct key_node *garbage_next;	/* on the reclaimer's list, once removed */
+	kairos_id id;			/* the timer holding the key */
+	uint32_t len;
+	unsigned char bytes[];
+};
+
+/* What cds_lfht's match function compares a node with. */
+struct key_ref {
+	const void *bytes;
+	size_t len;
+};
+
+#define KEY_TABLE_INIT	64	/* buckets at first; the table grows itself */
+
+static inline uint64_t rotl64(uint64_t x, unsigned r)
+{
+	return x << r | x >> (64 - r);
+}
+
+/* The last step of a 64-bit mix: every input bit reaches every output bit. */
+static inline uint64_t avalanche(uint64_t h)
+{
+	h ^= h >> 33;
+	h *= UINT64_C(0xff51afd7ed558ccd);
+	h ^= h >> 33;
+	h *= UINT64_C(0xc4ceb9fe1a85ec53);
+	h ^= h >> 33;
+	return h;
+}
+
+/*
+ * The hash of a key: eight bytes at a time through a multiply and a rotate,
+ * seeded per service, so that keys chosen to collide in one process do not
+ * collide in another.
+ */
+static uint64_t key_hash(uint64_t seed, const unsigned char *p, size_t n)
+{
+	uint64_t h = seed ^ (n * UINT64_C(0x9e3779b97f4a7c15)), w;
+
+	while (n >= 8) {
+		memcpy(&w, p, 8);
+		h = rotl64(h ^ (w * UINT64_C(0x87c37b91114253d5)), 31) * UINT64_C(0x4cf5ad432745937f);
+		p += 8;
+		n -= 8;
+	}
+	if (n) {
+		w = 0;
+		memcpy(&w, p, n);
+		h = rotl64(h ^ (w * UINT64_C(0x87c37b91114253d5)), 29) * UINT64_C(0x4cf5ad432745937f);
+	}
+	return avalanche(h);
+}
+
+static int key_match(struct cds_lfht_node *node, const void *arg)
+{
+	struct key_node *kn = caa_container_of(node, struct key_node, node);
+	const struct key_ref *ref = arg;
+
+	tsan_found(kn);
+	return kn->len == ref->len && !memcmp(kn->bytes, ref->bytes, ref->len);
+}
+
+int key_check(const void *key, size_t len)
+{
+	return key && len && len <= KAIROS_KEY_MAX ? 0 : -EINVAL;
+}
+
+/*
+ * The service's table, made on first use.  Outside any read-side section:
+ * making it allocates and may start liburcu's resize thread.
+ */
+static int key_table(struct kairos *k, struct cds_lfht **out)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+
+	if (!ht) {
+		mutex_lock(&k->key_lock);
+		ht = atomic_load_explicit(&k->keys, memory_order_relaxed);
+		/* Teardown takes the table under the lock, after the service died. */
+		if (!ht && atomic_load_explicit(&k->dead, memory_order_acquire)) {
+			mutex_unlock(&k->key_lock);
+			return -ESHUTDOWN;
+		}
+		if (!ht) {
+			ht = fault_hit() ? NULL
+					 : cds_lfht_new(KEY_TABLE_INIT, KEY_TABLE_INIT, 0,
+							CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+							NULL);
+			if (ht)
+				atomic_store_explicit(&k->keys, ht, memory_order_release);
+		}
+		mutex_unlock(&k->key_lock);
+		if (!ht)
+			return -ENOMEM;
+	}
+	*out = ht;
+	return 0;
+}
+
+int key_node_new(struct kairos *k, const void *key, size_t len, struct key_node **out)
+{
+	struct cds_lfht *ht;
+	struct key_node *kn;
+	int rc = key_table(k, &ht);
+
+	if (rc)
+		return rc;
+	kn = fault_calloc(1, sizeof(*kn) + len);
+	if (!kn)
+		return -ENOMEM;
+	cds_lfht_node_init(&kn->node);
+	kn->len = (uint32_t)len;
+	memcpy(kn->bytes, key, len);
+	*out = kn;
+	return 0;
+}
+
+void key_node_free(struct key_node *kn)
+{
+	free(kn);
+}
+
+void key_node_set_id(struct key_node *kn, kairos_id id)
+{
+	kn->id = id;
+}
+
+int key_take(struct kairos *k, struct key_node *kn, bool replace, kairos_id *holder)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+	struct key_ref ref = { kn->bytes, kn->len };
+	unsigned long hash = (unsigned long)key_hash(k->key_seed, kn->bytes, kn->len);
+
+	*holder = 0;
+	tsan_published(kn);
+	for (;;) {
+		struct cds_lfht_node *got = cds_lfht_add_unique(ht, hash, key_match, &ref, &kn->node);
+		struct cds_lfht_iter it;
+
+		if (got == &kn->node)
+			return 0;
+		if (!replace)
+			return -EEXIST;
+		/*
+		 * Take the key from its holder in one step: lookups see the
+		 * old node or the new one, never neither.  A holder that ended
+		 * meanwhile removed its node; then the key is free: try again.
+		 */
+		cds_lfht_lookup(ht, hash, key_match, &ref, &it);
+		if (cds_lfht_iter_get_node(&it) &&
+		    cds_lfht_replace(ht, &it, hash, key_match, &ref, &kn->node) == 0) {
+			*holder = caa_container_of(cds_lfht_iter_get_node(&it), struct key_node,
+						   node)->id;
+			return 0;
+		}
+	}
+}
+
+int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+	struct key_ref ref = { key, len };
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+
+	if (!ht)
+		return -ENOENT;
+	cds_lfht_lookup(ht, (unsigned long)key_hash(k->key_seed, key, len), key_match, &ref, &it);
+	node = cds_lfht_iter_get_node(&it);
+	if (!node)
+		return -ENOENT;
+	tsan_found(caa_container_of(node, struct key_node, node));
+	*id = caa_container_of(node, struct key_node, node)->id;
+	return 0;
+}
+
+/* Hands a removed node to the reclaimer, which frees it after a grace period. */
+static void garbage_push(struct kairos *k, struct key_node *kn)
+{
+	struct key_node *old = atomic_load_explicit(&k->key_garbage, memory_order_relaxed);
+
+	do
+		kn->garbage_next = old;
+	while (!atomic_compare_exchange_weak_explicit(&k->key_garbage, &old, kn,
+						      memory_order_release, memory_order_relaxed));
+	if (!old)
+		table_kick(k);
+}
+
+void key_release_slow(struct kairos *k, struct rec *r)
+{
+	struct shard *s = rec_shard(k, r);
+	struct rec_ext *e = table_ext_peek(s, table_index(s, r));
+	struct key_node *kn = e ? atomic_exchange_explicit(&e->key, NULL, memory_order_acq_rel)
+				: NULL;
+
+	if (!kn)
+		return;
+	/* Fails if a replace took the key first: then it is gone already. */
+	rcu_read_lock();
+	(void)cds_lfht_del(atomic_load_explicit(&k->keys, memory_order_relaxed), &kn->node);
+	rcu_read_unlock();
+	garbage_push(k, kn);
+}
+
+struct key_node *key_garbage_take(struct kairos *k)
+{
+	return atomic_exchange_explicit(&k->key_garbage, NULL, memory_order_acquire);
+}
+
+void key_garbage_free(struct key_node *kn)
+{
+	while (kn) {
+		struct key_node *next = kn->garbage_next;
+
+		free(kn);
+		kn = next;
+	}
+}
+
+void key_teardown(struct kairos *k)
+{
+	struct key_node *left = key_garbage_take(k);
+	struct cds_lfht *ht;
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+
+	mutex_lock(&k->key_lock);
+	ht = atomic_exchange_explicit(&k->keys, NULL, memory_order_acq_rel);
+	mutex_unlock(&k->key_lock);
+	if (!ht && !left)
+		return;
+	/*
+	 * Every timer has ended, and each removed its node; whatever is
+	 * still in the table would be a leak, so it goes the same way.
+	 */
+	if (ht) {
+		rcu_read_lock();
+		cds_lfht_for_each(ht, &it, node) {
+			struct key_node *kn = caa_container_of(node, struct key_node, node);
+
+			if (cds_lfht_del(ht, node) == 0) {
+				kn->garbage_next = left;
+				left = kn;
+			}
+		}
+		rcu_read_unlock();
+	}
+	/* No reader that saw these survives this. */
+	synchronize_rcu();
+	key_garbage_free(left);
+	if (ht && cds_lfht_destroy(ht, NULL))
+		kairos_die("key table not empty at destroy");
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * key.h - timers named by the user's bytes (key.c).
+ */
+#ifndef KAIROS_KEY_H
+#define KAIROS_KEY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+struct key_node;
+
+/* 0 for a key kairos accepts (1 .. KAIROS_KEY_MAX bytes), else -EINVAL. */
+int key_check(const void *key, size_t len);
+/*
+ * A node for @key, not yet in any table; makes @k's table on first use.
+ * Outside any read-side section.  -ENOMEM.
+ */
+int key_node_new(struct kairos *k, const void *key, size_t len, struct key_node **out);
+/* Frees a node that never entered the table. */
+void key_node_free(struct key_node *kn);
+void key_node_set_id(struct key_node *kn, kairos_id id);
+/*
+ * Inside the read-side section: maps the key of @kn to @kn's id.  0, with
+ * *@holder the id of the timer that held it (replaced) or 0; -EEXIST when
+ * the key is held and @replace is false.
+ */
+int key_take(struct kairos *k, struct key_node *kn, bool replace, kairos_id *holder);
+/* Inside the read-side section: the id holding @key, or -ENOENT. */
+int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id);
+/*
+ * The timer of @r has ended: it gives its key up, if it still holds one.
+ * Any thread, any context; at most one caller per key finds it.
+ */
+void key_release_slow(struct kairos *k, struct rec *r);
+
+static inline void key_release(struct kairos *k, struct rec *r)
+{
+	if (__builtin_expect(rec_has_ext(r), 0))
+		key_release_slow(k, r);
+}
+
+/* The reclaimer's side: removed nodes, freed after its grace period. */
+struct key_node *key_garbage_take(struct kairos *k);
+void key_garbage_free(struct key_node *kn);
+/* At destroy, every timer ended: frees what is left and the table. */
+void key_teardown(struct kairos *k);
+
+#endif /* KAIROS_KEY_H */

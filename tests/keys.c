@@ -1,0 +1,494 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * keys.c - timers named by the user's bytes: kairos_arm_opts() with a key,
+ * kairos_key_find(), kairos_key_reset(), kairos_key_cancel(), and when a
+ * key is released.
+ *
+ * Real clock, shared 2-core machine: lower bounds are strict, upper bounds
+ * generous, and nothing asserts speed.  meson runs this program twice: with
+ * the backend the probe picks and with KAIROS_BACKEND=epoll.
+ */
+#include <stdio.h>
+
+#include "t_util.h"
+
+#define LONG_NS	(600 * T_MS * 1000)	/* ten minutes: never fires in a test */
+
+static int k_arm(struct kairos *k, const char *key, int flags, uint64_t delay_ns,
+		 struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out)
+{
+	struct kairos_timer_opts o = {
+		.key = key, .key_len = strlen(key), .flags = flags, .queue = q,
+	};
+
+	return kairos_arm_opts(k, delay_ns, &o, fn, arg, out);
+}
+
+static void cb_count(void *arg, kairos_id id, int status)
+{
+	(void)id;
+	(void)status;
+	atomic_fetch_add((atomic_uint_least64_t *)arg, 1);
+}
+
+static void keys_identity(struct kairos *k, uint64_t armed)
+{
+	struct kairos_stats st;
+
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, armed);
+	ck_assert_uint_eq(st.armed, st.fired + st.cancelled + st.drained + st.pending);
+	ck_assert_uint_eq(st.early, 0);
+}
+
+START_TEST(test_key_find_cancel_reset)
+{
+	struct kairos *k = t_create(NULL);
+	atomic_uint_least64_t ran = 0;
+	kairos_id id, id2, found;
+
+	ck_assert_int_eq(kairos_key_find(k, "conn-1", 6, &found), -ENOENT);
+	ck_assert_int_eq(k_arm(k, "conn-1", 0, LONG_NS, NULL, cb_count, &ran, &id), 0);
+	ck_assert_int_eq(kairos_key_find(k, "conn-1", 6, &found), 0);
+	ck_assert_uint_eq(found, id);
+	/* Another key, and a key that is a prefix of it, are other keys. */
+	ck_assert_int_eq(kairos_key_find(k, "conn-", 5, &found), -ENOENT);
+	ck_assert_int_eq(kairos_key_find(k, "conn-2", 6, &found), -ENOENT);
+
+	/* Held: a second arm fails and counts nothing. */
+	ck_assert_int_eq(k_arm(k, "conn-1", 0, LONG_NS, NULL, cb_count, &ran, &id2), -EEXIST);
+	keys_identity(k, 1);
+
+	ck_assert_int_eq(kairos_key_reset(k, "conn-1", 6, LONG_NS), 0);
+	ck_assert_int_eq(kairos_key_find(k, "conn-1", 6, &found), 0);
+	ck_assert_uint_eq(found, id);
+
+	/* A cancel that returns 0 frees the key at once. */
+	ck_assert_int_eq(kairos_key_cancel(k, "conn-1", 6), 0);
+	ck_assert_int_eq(kairos_key_find(k, "conn-1", 6, &found), -ENOENT);
+	ck_assert_int_eq(kairos_key_cancel(k, "conn-1", 6), -ENOENT);
+	ck_assert_int_eq(kairos_key_reset(k, "conn-1", 6, LONG_NS), -ENOENT);
+	ck_assert_int_eq(kairos_cancel(k, id), -ENOENT);
+	ck_assert_int_eq(k_arm(k, "conn-1", 0, LONG_NS, NULL, cb_count, &ran, &id2), 0);
+	ck_assert_uint_ne(id2, id);
+
+	/* The id calls work on a keyed timer, and free its key too. */
+	ck_assert_int_eq(kairos_cancel(k, id2), 0);
+	ck_assert_int_eq(kairos_key_find(k, "conn-1", 6, &found), -ENOENT);
+	keys_identity(k, 2);
+	ck_assert_uint_eq(atomic_load(&ran), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_key_fires_and_releases)
+{
+	struct kairos *k = t_create(NULL);
+	atomic_uint_least64_t ran = 0;
+	uint64_t before = t_now(k), after;
+	kairos_id id, found;
+
+	ck_assert_int_eq(k_arm(k, "soon", 0, 20 * T_MS, NULL, cb_count, &ran, &id), 0);
+	ck_assert_uint_eq(t_wait_u64(&ran, 1, T_WAIT_MS), 1);
+	after = t_now(k);
+	ck_assert_uint_ge(after - before, 20 * T_MS);
+	/* Fired: the key is free, the id ended. */
+	ck_assert_int_eq(kairos_key_find(k, "soon", 4, &found), -ENOENT);
+	ck_assert_int_eq(kairos_cancel(k, id), -ENOENT);
+	ck_assert_int_eq(k_arm(k, "soon", 0, LONG_NS, NULL, cb_count, &ran, &id), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 1);
+	ck_assert_int_eq(kairos_key_find(k, "soon", 4, &found), -ESHUTDOWN);
+}
+END_TEST
+
+/* The callback arms its own key again: it was released before the call. */
+struct chain {
+	struct kairos *k;
+	atomic_uint_least64_t runs, rearm_failed, held_in_cb;
+	uint64_t want;
+};
+
+static void cb_chain(void *arg, kairos_id id, int status)
+{
+	struct chain *c = arg;
+	kairos_id found, next;
+
+	(void)status;
+	if (kairos_key_find(c->k, "chain", 5, &found) == 0 && found == id)
+		atomic_fetch_add(&c->held_in_cb, 1);
+	if (atomic_fetch_add(&c->runs, 1) + 1 < c->want &&
+	    k_arm(c->k, "chain", 0, 1 * T_MS, NULL, cb_chain, c, &next) != 0)
+		atomic_fetch_add(&c->rearm_failed, 1);
+}
+
+START_TEST(test_key_rearmed_from_own_callback)
+{
+	struct chain c = { .want = 50 };
+	kairos_id id, found;
+
+	c.k = t_create(NULL);
+	ck_assert_int_eq(k_arm(c.k, "chain", 0, 1 * T_MS, NULL, cb_chain, &c, &id), 0);
+	ck_assert_uint_eq(t_wait_u64(&c.runs, c.want, T_WAIT_MS), c.want);
+	ck_assert_uint_eq(atomic_load(&c.rearm_failed), 0);
+	ck_assert_uint_eq(atomic_load(&c.held_in_cb), 0);
+	ck_assert_int_eq(kairos_key_find(c.k, "chain", 5, &found), -ENOENT);
+	keys_identity(c.k, c.want);
+	t_destroy(c.k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_key_replace)
+{
+	struct kairos *k = t_create(NULL);
+	atomic_uint_least64_t ran = 0;
+	kairos_id a, b, found;
+	struct kairos_stats st;
+
+	ck_assert_int_eq(k_arm(k, "order-123", 0, LONG_NS, NULL, cb_count, &ran, &a), 0);
+	ck_assert_int_eq(k_arm(k, "order-123", KAIROS_KEY_REPLACE, 30 * T_MS, NULL, cb_count,
+			       &ran, &b), 0);
+	ck_assert_uint_ne(a, b);
+	/* The holder was cancelled as kairos_cancel() would: it is gone. */
+	ck_assert_int_eq(kairos_cancel(k, a), -ENOENT);
+	ck_assert_int_eq(kairos_key_find(k, "order-123", 9, &found), 0);
+	ck_assert_uint_eq(found, b);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.cancelled, 1);
+	/* REPLACE on a free key just arms. */
+	ck_assert_int_eq(k_arm(k, "order-124", KAIROS_KEY_REPLACE, LONG_NS, NULL, cb_count, &ran,
+			       &a), 0);
+	ck_assert_uint_eq(t_wait_u64(&ran, 1, T_WAIT_MS), 1);
+	ck_assert_int_eq(kairos_key_find(k, "order-123", 9, &found), -ENOENT);
+	keys_identity(k, 3);
+	t_destroy(k, KAIROS_DRAIN_DROP, 1);
+}
+END_TEST
+
+START_TEST(test_key_errors)
+{
+	struct kairos *k = t_create(NULL);
+	char big[KAIROS_KEY_MAX + 1];
+	struct kairos_timer_opts o = { 0 };
+	atomic_uint_least64_t ran = 0;
+	kairos_id id;
+
+	memset(big, 'x', sizeof(big));
+	o.key = "a";
+	o.key_len = 0;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -EINVAL);
+	o.key = NULL;
+	o.key_len = 3;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -EINVAL);
+	o.key_len = 0;
+	o.flags = KAIROS_KEY_REPLACE;	/* with no key */
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -EINVAL);
+	o.flags = 0;
+	o.key = big;
+	o.key_len = sizeof(big);
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -EINVAL);
+	/* The longest key works, and binary bytes are fine. */
+	o.key_len = KAIROS_KEY_MAX;
+	big[7] = '\0';
+	ck_assert_int_eq(kairos_arm_opts(k, LONG_NS, &o, cb_count, &ran, &id), 0);
+	ck_assert_int_eq(kairos_key_find(k, big, KAIROS_KEY_MAX, &id), 0);
+	ck_assert_int_eq(kairos_key_find(k, big, KAIROS_KEY_MAX - 1, &id), -ENOENT);
+
+	ck_assert_int_eq(kairos_key_find(NULL, "a", 1, &id), -EINVAL);
+	ck_assert_int_eq(kairos_key_find(k, NULL, 1, &id), -EINVAL);
+	ck_assert_int_eq(kairos_key_find(k, "a", 0, &id), -EINVAL);
+	ck_assert_int_eq(kairos_key_find(k, "a", 1, NULL), -EINVAL);
+	ck_assert_int_eq(kairos_key_cancel(k, big, KAIROS_KEY_MAX + 1), -EINVAL);
+	ck_assert_int_eq(kairos_key_reset(k, NULL, 0, T_MS), -EINVAL);
+	ck_assert_int_eq(kairos_key_reset(k, big, KAIROS_KEY_MAX, UINT64_MAX), -EOVERFLOW);
+	keys_identity(k, 1);
+	t_destroy(k, KAIROS_DRAIN_DROP, 1);
+	ck_assert_int_eq(kairos_key_cancel(k, "a", 1), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_key_reset(k, "a", 1, T_MS), -ESHUTDOWN);
+	o.key = "a";
+	o.key_len = 1;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -ESHUTDOWN);
+	ck_assert_uint_eq(atomic_load(&ran), 0);
+}
+END_TEST
+
+/* Keys with every kind of timer, delivered through a queue. */
+START_TEST(test_key_queue_kinds)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	struct kairos_timer_opts o = { 0 };
+	struct kairos_expiry ex[4];
+	kairos_id per, one, abs_id, found;
+	uint64_t now;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	o.queue = q;
+	o.key = "periodic";
+	o.key_len = 8;
+	o.period_ns = 5 * T_MS;
+	ck_assert_int_eq(kairos_arm_opts(k, 5 * T_MS, &o, NULL, NULL, &per), 0);
+	o.period_ns = 0;
+	o.key = "one";
+	o.key_len = 3;
+	o.slack_ns = 2 * T_MS;
+	ck_assert_int_eq(kairos_arm_opts(k, 5 * T_MS, &o, NULL, NULL, &one), 0);
+	o.slack_ns = 0;
+	o.key = "abs";
+	now = t_now(k);
+	o.flags = KAIROS_ABSTIME;
+	ck_assert_int_eq(kairos_arm_opts(k, now + 5 * T_MS, &o, NULL, NULL, &abs_id), 0);
+	o.flags = 0;
+
+	/* Expired but not taken: still held, still cancellable by key. */
+	t_sleep_ms(30);
+	ck_assert_int_eq(kairos_key_find(k, "abs", 3, &found), 0);
+	ck_assert_uint_eq(found, abs_id);
+	ck_assert_int_eq(kairos_key_cancel(k, "abs", 3), 0);
+	ck_assert_int_eq(kairos_key_find(k, "abs", 3, &found), -ENOENT);
+
+	/* Taking the one-shot ends it and frees its key; the periodic one keeps its. */
+	for (int got = 0, tries = 0; tries < 200; tries++) {
+		int n = kairos_queue_take(q, ex, 4, 10 * T_MS);
+
+		ck_assert_int_ge(n, 0);
+		for (int i = 0; i < n; i++) {
+			ck_assert_int_ne(ex[i].id, abs_id);
+			if (ex[i].id == one)
+				got++;
+		}
+		if (got && kairos_key_find(k, "one", 3, &found) == -ENOENT)
+			break;
+	}
+	ck_assert_int_eq(kairos_key_find(k, "one", 3, &found), -ENOENT);
+	ck_assert_int_eq(kairos_key_find(k, "periodic", 8, &found), 0);
+	ck_assert_uint_eq(found, per);
+	/* A periodic timer keeps its key across runs until it ends. */
+	ck_assert_int_eq(kairos_queue_take(q, ex, 4, -1), 1);
+	ck_assert_uint_eq(ex[0].id, per);
+	ck_assert_int_eq(kairos_key_find(k, "periodic", 8, &found), 0);
+	ck_assert_int_eq(kairos_key_cancel(k, "periodic", 8), 0);
+	ck_assert_int_eq(kairos_key_find(k, "periodic", 8, &found), -ENOENT);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* Ending a timer by destroying its queue or its service frees its key too. */
+START_TEST(test_key_no_stale_mapping_after_drain)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	atomic_uint_least64_t ran = 0, notified = 0;
+	struct kairos_timer_opts o = { 0 };
+	char key[32];
+	kairos_id id, found;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	o.queue = q;
+	o.key = key;
+	for (int i = 0; i < 100; i++) {
+		o.key_len = (size_t)snprintf(key, sizeof(key), "q%d", i);
+		ck_assert_int_eq(kairos_arm_opts(k, i < 50 ? 1 : LONG_NS, &o, cb_count, &ran, &id),
+				 0);
+	}
+	t_sleep_ms(30);		/* the first 50 wait in the queue, untaken */
+	ck_assert_int_eq(kairos_queue_destroy(q), 50);
+	for (int i = 0; i < 50; i++) {
+		int n = snprintf(key, sizeof(key), "q%d", i);
+
+		ck_assert_int_eq(kairos_key_find(k, key, (size_t)n, &found), -ENOENT);
+		ck_assert_int_eq(k_arm(k, key, 0, LONG_NS, NULL, cb_count, &notified, &id), 0);
+	}
+	/* Those still armed for the destroyed queue keep their keys until they end. */
+	ck_assert_int_eq(kairos_key_find(k, "q50", 3, &found), 0);
+	ck_assert_int_eq(kairos_key_cancel(k, "q50", 3), 0);
+	ck_assert_int_eq(kairos_key_find(k, "q50", 3, &found), -ENOENT);
+	ck_assert_uint_eq(atomic_load(&ran), 0);
+	/* 49 for the closed queue and 50 re-armed, each drained once: no leak, no stale key. */
+	t_destroy(k, KAIROS_DRAIN_NOTIFY, 99);
+	ck_assert_uint_eq(atomic_load(&notified), 50);
+}
+END_TEST
+
+/*
+ * A move racing a remove: the remove is never lost.  Each key is reset over
+ * and over by one thread while another cancels it; the cancel must return 0
+ * (the key is held throughout) and the timer must never run.
+ */
+#define RACE_KEYS	2000
+
+struct race {
+	struct kairos *k;
+	atomic_int go;
+	atomic_uint_least64_t ran, cancel_ok, cancel_enoent, reset_after;
+};
+
+static void *race_mover(void *arg)
+{
+	struct race *r = arg;
+	char key[16];
+
+	while (!atomic_load(&r->go))
+		;
+	for (int i = 0; i < RACE_KEYS; i++) {
+		int n = snprintf(key, sizeof(key), "m%d", i);
+
+		/* Resets until the remove wins; every one is a move that must not revive it. */
+		while (kairos_key_reset(r->k, key, (size_t)n, LONG_NS) == 0)
+			;
+		if (kairos_key_reset(r->k, key, (size_t)n, LONG_NS) == 0)
+			atomic_fetch_add(&r->reset_after, 1);
+	}
+	return NULL;
+}
+
+START_TEST(test_key_move_then_remove_never_lost)
+{
+	struct race r = { 0 };
+	pthread_t th;
+	char key[16];
+	kairos_id id, found;
+
+	r.k = t_create(NULL);
+	for (int i = 0; i < RACE_KEYS; i++) {
+		snprintf(key, sizeof(key), "m%d", i);
+		ck_assert_int_eq(k_arm(r.k, key, 0, LONG_NS, NULL, cb_count, &r.ran, &id), 0);
+	}
+	ck_assert_int_eq(pthread_create(&th, NULL, race_mover, &r), 0);
+	atomic_store(&r.go, 1);
+	for (int i = 0; i < RACE_KEYS; i++) {
+		int n = snprintf(key, sizeof(key), "m%d", i);
+		int rc = kairos_key_cancel(r.k, key, (size_t)n);
+
+		ck_assert_msg(rc == 0, "key %s: cancel %d while only resets ran", key, rc);
+		ck_assert_int_eq(kairos_key_find(r.k, key, (size_t)n, &found), -ENOENT);
+	}
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(atomic_load(&r.reset_after), 0);
+	ck_assert_uint_eq(atomic_load(&r.ran), 0);
+	keys_identity(r.k, RACE_KEYS);
+	t_destroy(r.k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * Many threads arm a few keys with KAIROS_KEY_REPLACE, plain arms, finds and
+ * cancels, with deadlines short enough that fires interleave.  Every timer
+ * ends exactly once (the counters), and at the end each key is held by at
+ * most one live timer, which a cancel by key ends.
+ */
+#define STORM_THREADS	6
+#define STORM_KEYS	8
+#define STORM_OPS	4000
+
+struct storm {
+	struct kairos *k;
+	atomic_uint_least64_t ran, armed, cancelled, bad;
+};
+
+static void *storm_main(void *arg)
+{
+	struct storm *s = arg;
+	uint64_t rnd = t_seed((uint64_t)(uintptr_t)&rnd);
+	char key[8];
+
+	for (int i = 0; i < STORM_OPS; i++) {
+		unsigned which = (unsigned)t_rand_below(&rnd, STORM_KEYS);
+		int n = snprintf(key, sizeof(key), "s%u", which), rc;
+		kairos_id id, found;
+
+		switch (t_rand_below(&rnd, 4)) {
+		case 0:
+		case 1:
+			rc = k_arm(s->k, key, t_rand_below(&rnd, 2) ? KAIROS_KEY_REPLACE : 0,
+				   t_rand_below(&rnd, 3 * T_MS), NULL, cb_count, &s->ran, &id);
+			if (rc == 0)
+				atomic_fetch_add(&s->armed, 1);
+			else if (rc != -EEXIST)
+				atomic_fetch_add(&s->bad, 1);
+			break;
+		case 2:
+			rc = kairos_key_cancel(s->k, key, (size_t)n);
+			if (rc == 0)
+				atomic_fetch_add(&s->cancelled, 1);
+			else if (rc != -ENOENT && rc != -EBUSY)
+				atomic_fetch_add(&s->bad, 1);
+			break;
+		default:
+			rc = kairos_key_find(s->k, key, (size_t)n, &found);
+			if (rc != 0 && rc != -ENOENT)
+				atomic_fetch_add(&s->bad, 1);
+			break;
+		}
+	}
+	return NULL;
+}
+
+START_TEST(test_key_replace_storm)
+{
+	struct storm s = { 0 };
+	pthread_t th[STORM_THREADS];
+	struct kairos_stats st;
+	char key[8];
+	int left = 0;
+
+	s.k = t_create(NULL);
+	for (int i = 0; i < STORM_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, storm_main, &s), 0);
+	for (int i = 0; i < STORM_THREADS; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_uint_eq(atomic_load(&s.bad), 0);
+	/* Whatever still holds a key is one live timer per key. */
+	for (unsigned i = 0; i < STORM_KEYS; i++) {
+		int n = snprintf(key, sizeof(key), "s%u", i);
+		kairos_id found;
+
+		if (kairos_key_find(s.k, key, (size_t)n, &found) == 0) {
+			int rc = kairos_key_cancel(s.k, key, (size_t)n);
+
+			ck_assert_msg(rc == 0 || rc == -ENOENT || rc == -EBUSY, "cancel %d", rc);
+			left += rc == 0;
+		}
+	}
+	/* Every arm ends exactly once: fired, or cancelled (by a cancel or a replace). */
+	for (int i = 0; i < T_WAIT_MS / 5; i++) {
+		ck_assert_int_eq(kairos_stats(s.k, &st), 0);
+		if (!st.pending)
+			break;
+		t_sleep_ms(5);
+	}
+	ck_assert_uint_eq(st.armed, atomic_load(&s.armed));
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_uint_eq(st.fired, atomic_load(&s.ran));
+	ck_assert_uint_eq(st.armed, st.fired + st.cancelled);
+	ck_assert_uint_ge(st.cancelled, atomic_load(&s.cancelled) + (uint64_t)left);
+	ck_assert_uint_eq(st.early, 0);
+	for (unsigned i = 0; i < STORM_KEYS; i++) {
+		int n = snprintf(key, sizeof(key), "s%u", i);
+		kairos_id found;
+
+		ck_assert_int_eq(kairos_key_find(s.k, key, (size_t)n, &found), -ENOENT);
+	}
+	t_destroy(s.k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("keys");
+	TCase *tc = tcase_create("keys");
+
+	tcase_add_checked_fixture(tc, t_setup, NULL);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_key_find_cancel_reset);
+	tcase_add_test(tc, test_key_fires_and_releases);
+	tcase_add_test(tc, test_key_rearmed_from_own_callback);
+	tcase_add_test(tc, test_key_replace);
+	tcase_add_test(tc, test_key_errors);
+	tcase_add_test(tc, test_key_queue_kinds);
+	tcase_add_test(tc, test_key_no_stale_mapping_after_drain);
+	tcase_add_test(tc, test_key_move_then_remove_never_lost);
+	tcase_add_test(tc, test_key_replace_storm);
+	suite_add_tcase(s, tc);
+	return t_main(s, "keys");
+}
