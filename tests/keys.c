@@ -473,6 +473,27 @@ START_TEST(test_key_replace_storm)
 }
 END_TEST
 
+/* The key table's resize thread goes with the last service that had keys. */
+START_TEST(test_key_threads_back_to_baseline)
+{
+	int base = t_thread_baseline();
+	atomic_uint_least64_t ran = 0;
+	struct kairos *a, *b;
+	kairos_id id;
+
+	a = t_create(NULL);
+	b = t_create(NULL);
+	ck_assert_int_eq(k_arm(a, "x", 0, LONG_NS, NULL, cb_count, &ran, &id), 0);
+	ck_assert_int_eq(k_arm(b, "x", 0, LONG_NS, NULL, cb_count, &ran, &id), 0);
+	t_destroy(a, KAIROS_DRAIN_DROP, 1);
+	/* b's table still works with a's gone. */
+	ck_assert_int_eq(kairos_key_find(b, "x", 1, &id), 0);
+	ck_assert_int_eq(k_arm(b, "y", 0, LONG_NS, NULL, cb_count, &ran, &id), 0);
+	t_destroy(b, KAIROS_DRAIN_DROP, 2);
+	ck_assert_int_eq(t_wait_threads(base, T_WAIT_MS), base);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("keys");
@@ -489,6 +510,7 @@ int main(void)
 	tcase_add_test(tc, test_key_no_stale_mapping_after_drain);
 	tcase_add_test(tc, test_key_move_then_remove_never_lost);
 	tcase_add_test(tc, test_key_replace_storm);
+	tcase_add_test(tc, test_key_threads_back_to_baseline);
 	suite_add_tcase(s, tc);
 	return t_main(s, "keys");
 }
