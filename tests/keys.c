@@ -121,12 +121,16 @@ static void cb_chain(void *arg, kairos_id id, int status)
 		atomic_fetch_add(&c->rearm_failed, 1);
 }
 
+/* Worker delivery (_i 0) and inline delivery on the shard thread (_i 1). */
 START_TEST(test_key_rearmed_from_own_callback)
 {
+	struct kairos_config cfg = t_cfg(0, 0);
 	struct chain c = { .want = 50 };
 	kairos_id id, found;
 
-	c.k = t_create(NULL);
+	if (_i)
+		cfg.delivery = KAIROS_DELIVER_INLINE;
+	c.k = t_create(&cfg);
 	ck_assert_int_eq(k_arm(c.k, "chain", 0, 1 * T_MS, NULL, cb_chain, &c, &id), 0);
 	ck_assert_uint_eq(t_wait_u64(&c.runs, c.want, T_WAIT_MS), c.want);
 	ck_assert_uint_eq(atomic_load(&c.rearm_failed), 0);
@@ -503,7 +507,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_key_find_cancel_reset);
 	tcase_add_test(tc, test_key_fires_and_releases);
-	tcase_add_test(tc, test_key_rearmed_from_own_callback);
+	tcase_add_loop_test(tc, test_key_rearmed_from_own_callback, 0, 2);
 	tcase_add_test(tc, test_key_replace);
 	tcase_add_test(tc, test_key_errors);
 	tcase_add_test(tc, test_key_queue_kinds);
