@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "jitter.h"
 #include "key.h"
 #include "timer.h"
 
@@ -482,8 +483,8 @@ static void arm_count(struct kairos *k, struct tstate *t, int n)
  * fails.
  */
 static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
-	       uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out,
-	       struct key_node *kn, bool replace, unsigned *behind)
+	       uint64_t slack_ns, uint64_t jitter_ns, struct kairos_queue *q, kairos_fn fn,
+	       void *arg, kairos_id *out, struct key_node *kn, bool replace, unsigned *behind)
 {
 	struct rec_ext *e = NULL;
 	struct shard *s;
@@ -520,10 +521,11 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	/* Whole ticks only, rounded down: the window is never exceeded. */
 	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
 							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
-	__atomic_store_n(&r->wt.flags, (uint16_t)((q ? q->no : 0) | (kn ? REC_EXT : 0)),
+	__atomic_store_n(&r->wt.flags,
+			 (uint16_t)((q ? q->no : 0) | (kn || jitter_ns ? REC_EXT : 0)),
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
-	if (period_ns || kn) {
+	if (period_ns || kn || jitter_ns) {
 		e = table_ext(s, index);
 		if (!e) {
 			/* Not reachable by anyone yet: straight back to the pool. */
@@ -537,6 +539,8 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 			e->period_ns = period_ns;
 			e->next_ns = deadline_ns;
 		}
+		/* Read by resets (reset()), published with the state below. */
+		e->jitter_ns = jitter_ns;
 		atomic_store_explicit(&e->key, kn, memory_order_relaxed);
 	}
 	/* Its queue stays until it ends (queue.c). */
@@ -591,8 +595,8 @@ enum when { WHEN_AT, WHEN_AFTER };
  * of the read-side section, waits for a shard that is far behind.
  */
 static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
-		     uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg,
-		     kairos_id *out, struct key_node *kn, bool replace)
+		     uint64_t slack_ns, uint64_t jitter_ns, struct kairos_queue *q, kairos_fn fn,
+		     void *arg, kairos_id *out, struct key_node *kn, bool replace)
 {
 	uint64_t deadline = t_ns;
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
@@ -616,8 +620,11 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
-		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, kn, replace,
-			 &behind);
+		/* The first deadline takes the jitter; the period's grid starts there. */
+		if (jitter_ns)
+			deadline = jitter_add(deadline, jitter_ns);
+		rc = arm(k, t, deadline, period_ns, slack_ns, jitter_ns, q, fn, arg, out, kn,
+			 replace, &behind);
 	}
 	service_leave();
 	if (behind)
@@ -632,13 +639,13 @@ out_free:
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
@@ -646,13 +653,13 @@ KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_
 {
 	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, 0, NULL, fn, arg, out, NULL, false);
 }
 
 /* The flags kairos_arm_opts() knows; every other bit is -EINVAL. */
@@ -680,14 +687,12 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 	if (o->key ? key_check(o->key, o->key_len) != 0
 		   : o->key_len || (o->flags & KAIROS_KEY_REPLACE))
 		return -EINVAL;
-	if (o->jitter_ns)
-		return -EOPNOTSUPP;
 	/* The key's node is made outside the read-side section: it allocates. */
 	if (o->key && (rc = key_node_new(k, o->key, o->key_len, &kn)) != 0)
 		return rc;
 	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
 	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns,
-			 o->period_ns, o->slack_ns, o->queue, fn, arg, out, kn,
+			 o->period_ns, o->slack_ns, o->jitter_ns, o->queue, fn, arg, out, kn,
 			 o->flags & KAIROS_KEY_REPLACE);
 }
 
@@ -858,8 +863,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 /* Moves timer @id's deadline to the absolute @deadline_ns. */
 static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
-	uint64_t tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
-	uint64_t held, was;
+	uint64_t tick, held, was;
 	struct shard *s;
 	struct rec *r;
 	bool periodic, earlier, parked;
@@ -873,6 +877,11 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	if (rc)
 		return rc;
 	periodic = held & ST_PERIODIC;
+	/* A jitter is drawn again at each reset (fixed at arm: read without a lock). */
+	if (rec_has_ext(r))
+		deadline_ns = jitter_add(deadline_ns,
+					 table_ext_peek(s, table_index(s, r))->jitter_ns);
+	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	earlier = tick < __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (parked) {
@@ -1065,6 +1074,88 @@ KAIROS_EXPORT int kairos_key_find(struct kairos *k, const void *key, size_t len,
 	rc = out ? key_lookup(k, key, len, out) : -EINVAL;
 	service_leave();
 	return rc;
+}
+
+/*
+ * The deadline (ns, the start of its tick: the earliest it may run) of the
+ * life @id of @r, into *@due_ns; or 1 when it is due, or a negative errno.
+ * Reads the state word before and after the deadline: a deadline read
+ * between two equal words belongs to that pending life.
+ */
+static int remaining_of(struct kairos *k, struct rec *r, kairos_id id, uint64_t *due_ns)
+{
+	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
+	unsigned spins = 0;
+
+	for (;;) {
+		uint64_t tick, again;
+
+		if (st_gen(old) != id_gen(id))
+			return -ENOENT;
+		switch (st_of(old)) {
+		case ST_RESETTING:
+			/* A resetter holds it for a few instructions. */
+			cpu_relax_n(&spins);
+			old = atomic_load_explicit(&r->state, memory_order_acquire);
+			continue;
+		case ST_PENDING:
+		case ST_PARKED:
+			tick = __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
+			/* Acquire fence: the deadline load comes before the second read. */
+			atomic_thread_fence(memory_order_acquire);
+			again = atomic_load_explicit(&r->state, memory_order_relaxed);
+			if (again != old) {
+				old = again;
+				continue;
+			}
+			*due_ns = clock_tick_ns(tick, k->cfg.tick_ns);
+			return 0;
+		case ST_FIRING:
+			/* Expired, not started (or waiting in a queue, untaken). */
+			return 1;
+		case ST_RUNNING:
+			/*
+			 * A one-shot timer whose callback started has fired.  A
+			 * periodic one gets its next deadline when the callback
+			 * returns (or none, when it was cancelled meanwhile).
+			 */
+			return (old & ST_PERIODIC) && !(old & ST_STOP) ? -EBUSY : -ENOENT;
+		default:
+			return -ENOENT;
+		}
+	}
+}
+
+KAIROS_EXPORT int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns)
+{
+	uint64_t state, due_ns = 0, now;
+	struct shard *s;
+	struct rec *r;
+	int rc;
+
+	rc = enter_id(k, id);
+	if (rc)
+		return rc;
+	if (!ns) {
+		service_leave();
+		return -EINVAL;
+	}
+	r = lookup(k, id, &s, &state);
+	rc = r ? remaining_of(k, r, id, &due_ns) : -ENOENT;
+	service_leave();
+	if (rc < 0)
+		return rc;
+	if (rc == 1) {
+		*ns = 0;
+		return 0;
+	}
+	/*
+	 * Read after the deadline: the timer does not run within *@ns of the
+	 * call's start, whatever the delay before this read.
+	 */
+	now = clock_now_ns(k->cfg.clock);
+	*ns = due_ns > now ? due_ns - now : 0;
+	return 0;
 }
 
 KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)

@@ -279,7 +279,8 @@ struct kairos_timer_opts {
  * Context: as kairos_arm().
  * Return: as kairos_arm(); also -EINVAL for an unknown flag, a reserved word
  * that is not 0, a NULL @fn without a queue, or a queue of another service
- * or one destroyed; -EOPNOTSUPP for a jitter or a key (a later version).
+ * or one destroyed, a key longer than KAIROS_KEY_MAX (or a length without
+ * a key); -EEXIST when the key is held and KAIROS_KEY_REPLACE is not set.
  */
 int kairos_arm_opts(struct kairos *k, uint64_t when_ns, const struct kairos_timer_opts *o,
 		    kairos_fn fn, void *arg, kairos_id *out);
@@ -515,11 +516,16 @@ int kairos_key_find(struct kairos *k, const void *key, size_t len, kairos_id *ou
 /*
  * kairos_remaining - how long timer @id has left before its (next)
  * deadline, in ns, into *@ns: 0 once it is due but has not run, never a
- * wrapped value.
+ * wrapped value.  The deadline counted is the start of the tick it was
+ * rounded up to, the earliest the timer may run; the timer does not run
+ * within *@ns of the call.
  *
  * Context: any thread; does not block.
- * Return: 0; -ENOENT once the timer has ended (or for an id never issued);
- * -EINVAL for a NULL @k or @ns or an id of 0; -ESHUTDOWN.
+ * Return: 0; -ENOENT once the timer has ended (a one-shot timer whose
+ * callback has started, or a queue entry taken, has ended) or for an id
+ * never issued; -EBUSY for a periodic timer whose callback runs now (its
+ * next deadline is set when the callback returns); -EINVAL for a NULL @k
+ * or @ns or an id of 0; -ESHUTDOWN.
  */
 int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns);
 
