@@ -552,14 +552,13 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	/* Counted before anyone can end it: whoever does sees the count. */
 	arm_count(k, t, 1);
 	if (kn) {
-		kairos_id holder;
-
 		/*
 		 * The key maps to a live timer from here on (PENDING | QUEUED:
-		 * a cancel meanwhile leaves the post below to this thread).
+		 * a cancel meanwhile leaves the post below to this thread).  A
+		 * holder it replaces is cancelled as the key passes (key.c).
 		 */
 		key_node_set_id(kn, id);
-		rc = key_take(k, kn, replace, &holder);
+		rc = key_take(k, kn, replace);
 		if (rc) {
 			/* Held: no one can have seen this record; it was never armed. */
 			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
@@ -571,12 +570,6 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 			if (k->cfg.max_timers)
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 			return rc;
-		}
-		if (holder) {
-			uint64_t seen;
-
-			/* Exactly as kairos_cancel(): it may be running already. */
-			(void)cancel(k, holder, &seen);
 		}
 	}
 	if (out)
@@ -746,6 +739,13 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
 		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
+}
+
+void cancel_for_key(struct kairos *k, kairos_id id)
+{
+	uint64_t seen;
+
+	(void)cancel(k, id, &seen);
 }
 
 /* Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the section. */

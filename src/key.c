@@ -24,6 +24,16 @@
  * may arm the same key again), and its retirement (every other end: a
  * periodic timer stopped, a drain, a destroyed queue).
  *
+ * A KAIROS_KEY_REPLACE arm hands the key over in one step as others see it.
+ * It marks the holder's node as moving (lookups that meet it wait), takes
+ * the node from the holder's ext entry (as the holder's own end would; if
+ * the holder ended first, its ender removes the node and the arm tries
+ * again), cancels the holder exactly as kairos_cancel() would (its
+ * release of the key finds nothing: the arm has it), and only then puts
+ * its own node in the old one's place.  So once a lookup returns the new
+ * timer, the old one has ended or is past the point where a cancel could
+ * stop it, and no lookup in between finds the key missing.
+ *
  * A keyed arm publishes its record (PENDING | QUEUED: live, but not yet on
  * its shard's inbox) before it inserts the key, and posts it after: from
  * the moment the key maps to it, the timer can be cancelled or reset like
@@ -62,6 +72,12 @@ struct key_node {
 	struct cds_lfht_node node;
 	struct key_node *garbage_next;	/* on the reclaimer's list, once removed */
 	kairos_id id;			/* the timer holding the key */
+	/*
+	 * Set by a KAIROS_KEY_REPLACE arm taking the key from this node's
+	 * timer; lookups wait (a few instructions) until the node is replaced
+	 * or removed, so that no one sees the hand-over half done.
+	 */
+	_Atomic int moving;
 	uint32_t len;
 	unsigned char bytes[];
 };
@@ -187,55 +203,6 @@ void key_node_set_id(struct key_node *kn, kairos_id id)
 	kn->id = id;
 }
 
-int key_take(struct kairos *k, struct key_node *kn, bool replace, kairos_id *holder)
-{
-	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
-	struct key_ref ref = { kn->bytes, kn->len };
-	unsigned long hash = (unsigned long)key_hash(k->key_seed, kn->bytes, kn->len);
-
-	*holder = 0;
-	tsan_published(kn);
-	for (;;) {
-		struct cds_lfht_node *got = cds_lfht_add_unique(ht, hash, key_match, &ref, &kn->node);
-		struct cds_lfht_iter it;
-
-		if (got == &kn->node)
-			return 0;
-		if (!replace)
-			return -EEXIST;
-		/*
-		 * Take the key from its holder in one step: lookups see the
-		 * old node or the new one, never neither.  A holder that ended
-		 * meanwhile removed its node; then the key is free: try again.
-		 */
-		cds_lfht_lookup(ht, hash, key_match, &ref, &it);
-		if (cds_lfht_iter_get_node(&it) &&
-		    cds_lfht_replace(ht, &it, hash, key_match, &ref, &kn->node) == 0) {
-			*holder = caa_container_of(cds_lfht_iter_get_node(&it), struct key_node,
-						   node)->id;
-			return 0;
-		}
-	}
-}
-
-int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
-{
-	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
-	struct key_ref ref = { key, len };
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *node;
-
-	if (!ht)
-		return -ENOENT;
-	cds_lfht_lookup(ht, (unsigned long)key_hash(k->key_seed, key, len), key_match, &ref, &it);
-	node = cds_lfht_iter_get_node(&it);
-	if (!node)
-		return -ENOENT;
-	tsan_found(caa_container_of(node, struct key_node, node));
-	*id = caa_container_of(node, struct key_node, node)->id;
-	return 0;
-}
-
 /* Hands a removed node to the reclaimer, which frees it after a grace period. */
 static void garbage_push(struct kairos *k, struct key_node *kn)
 {
@@ -247,6 +214,100 @@ static void garbage_push(struct kairos *k, struct key_node *kn)
 						      memory_order_release, memory_order_relaxed));
 	if (!old)
 		table_kick(k);
+}
+
+/*
+ * Takes @old's node away from its timer, as the timer's own end would: true
+ * when this thread now owns the node's removal.  The timer's record cannot
+ * be reused while the caller's read-side section lasts, and @old cannot be
+ * freed, so the exchange cannot meet a later life's node at that address.
+ */
+static bool key_claim(struct kairos *k, struct key_node *old)
+{
+	struct shard *s;
+	struct rec *r = table_lookup(k, old->id, &s);
+	struct rec_ext *e = r ? table_ext_peek(s, table_index(s, r)) : NULL;
+	struct key_node *want = old;
+
+	return e && atomic_compare_exchange_strong_explicit(&e->key, &want, NULL,
+							    memory_order_acq_rel,
+							    memory_order_relaxed);
+}
+
+int key_take(struct kairos *k, struct key_node *kn, bool replace)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+	struct key_ref ref = { kn->bytes, kn->len };
+	unsigned long hash = (unsigned long)key_hash(k->key_seed, kn->bytes, kn->len);
+	unsigned spins = 0;
+
+	tsan_published(kn);
+	for (;;) {
+		struct cds_lfht_node *got = cds_lfht_add_unique(ht, hash, key_match, &ref, &kn->node);
+		struct key_node *old;
+		struct cds_lfht_iter it;
+		int idle = 0;
+
+		if (got == &kn->node)
+			return 0;
+		if (!replace)
+			return -EEXIST;
+		old = caa_container_of(got, struct key_node, node);
+		/* One hand-over at a time; another replace is finishing its own. */
+		if (!atomic_compare_exchange_strong_explicit(&old->moving, &idle, 1,
+							     memory_order_acq_rel,
+							     memory_order_relaxed)) {
+			cpu_relax_n(&spins);
+			continue;
+		}
+		if (!key_claim(k, old)) {
+			/*
+			 * Its timer ended first; whoever ended it removes the
+			 * node (lookups wait meanwhile).  Then the key is free.
+			 */
+			cpu_relax_n(&spins);
+			continue;
+		}
+		/* Exactly as kairos_cancel(): it may be running already. */
+		cancel_for_key(k, old->id);
+		/* This thread owns the node's removal: the replace cannot fail. */
+		cds_lfht_lookup(ht, hash, key_match, &ref, &it);
+		if (cds_lfht_iter_get_node(&it) != &old->node ||
+		    cds_lfht_replace(ht, &it, hash, key_match, &ref, &kn->node))
+			kairos_die("key hand-over lost its node");
+		garbage_push(k, old);
+		return 0;
+	}
+}
+
+int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+	struct key_ref ref = { key, len };
+	unsigned long hash;
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+	unsigned spins = 0;
+
+	if (!ht)
+		return -ENOENT;
+	hash = (unsigned long)key_hash(k->key_seed, key, len);
+	for (;;) {
+		struct key_node *kn;
+
+		cds_lfht_lookup(ht, hash, key_match, &ref, &it);
+		node = cds_lfht_iter_get_node(&it);
+		if (!node)
+			return -ENOENT;
+		kn = caa_container_of(node, struct key_node, node);
+		tsan_found(kn);
+		/* A hand-over in progress: wait for its end, as for a resetter. */
+		if (!atomic_load_explicit(&kn->moving, memory_order_acquire)) {
+			*id = kn->id;
+			return 0;
+		}
+		cpu_relax_n(&spins);
+	}
 }
 
 void key_release_slow(struct kairos *k, struct rec *r)

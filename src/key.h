@@ -23,11 +23,13 @@ int key_node_new(struct kairos *k, const void *key, size_t len, struct key_node 
 void key_node_free(struct key_node *kn);
 void key_node_set_id(struct key_node *kn, kairos_id id);
 /*
- * Inside the read-side section: maps the key of @kn to @kn's id.  0, with
- * *@holder the id of the timer that held it (replaced) or 0; -EEXIST when
- * the key is held and @replace is false.
+ * Inside the read-side section: maps the key of @kn to @kn's id.  0; or
+ * -EEXIST when the key is held and @replace is false.  With @replace, a
+ * holder is cancelled (cancel_for_key()) as the key passes to @kn.
  */
-int key_take(struct kairos *k, struct key_node *kn, bool replace, kairos_id *holder);
+int key_take(struct kairos *k, struct key_node *kn, bool replace);
+/* kairos.c: cancels the holder of a key being replaced, as kairos_cancel(). */
+void cancel_for_key(struct kairos *k, kairos_id id);
 /* Inside the read-side section: the id holding @key, or -ENOENT. */
 int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id);
 /*

@@ -477,6 +477,84 @@ START_TEST(test_key_replace_storm)
 }
 END_TEST
 
+/*
+ * KAIROS_KEY_REPLACE hands the key over in one step.  One thread replaces
+ * the holder of one key over and over; readers find the holder twice in a
+ * row and, when the two differ, cancel the first by id: it must have ended
+ * already (the replace cancelled it before anyone could see its
+ * successor), so that cancel never returns 0.  Nor is the key ever
+ * reported missing: it is held throughout.
+ */
+struct handover {
+	struct kairos *k;
+	atomic_int stop;
+	atomic_uint_least64_t changes, stale, missing, armed, replaced;
+};
+
+static void *handover_replacer(void *arg)
+{
+	struct handover *h = arg;
+
+	while (!t_int(&h->stop)) {
+		kairos_id id;
+
+		if (k_arm(h->k, "hand", KAIROS_KEY_REPLACE, LONG_NS, NULL, t_cb_never, NULL,
+			  &id) == 0)
+			atomic_fetch_add(&h->armed, 1);
+	}
+	return NULL;
+}
+
+static void *handover_reader(void *arg)
+{
+	struct handover *h = arg;
+
+	while (!t_int(&h->stop)) {
+		kairos_id x, y;
+
+		if (kairos_key_find(h->k, "hand", 4, &x) || kairos_key_find(h->k, "hand", 4, &y)) {
+			atomic_fetch_add(&h->missing, 1);
+			continue;
+		}
+		if (x == y)
+			continue;
+		atomic_fetch_add(&h->changes, 1);
+		if (kairos_cancel(h->k, x) == 0)
+			atomic_fetch_add(&h->stale, 1);
+	}
+	return NULL;
+}
+
+START_TEST(test_key_replace_hands_over_atomically)
+{
+	struct handover h = { .k = t_create(NULL) };
+	pthread_t rep, rd[2];
+	kairos_id first;
+	uint64_t end = t_mono() + 2 * T_SEC;
+
+	ck_assert_int_eq(k_arm(h.k, "hand", 0, LONG_NS, NULL, t_cb_never, NULL, &first), 0);
+	ck_assert_int_eq(pthread_create(&rep, NULL, handover_replacer, &h), 0);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(pthread_create(&rd[i], NULL, handover_reader, &h), 0);
+	/* Run until enough hand-overs were seen (or two seconds passed). */
+	while (t_u64(&h.changes) < 2000 && t_mono() < end)
+		t_sleep_ms(10);
+	atomic_store(&h.stop, 1);
+	pthread_join(rep, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(rd[i], NULL);
+	ck_assert_msg(t_u64(&h.stale) == 0,
+		      "%" PRIu64 " of %" PRIu64 " replaced holders were still pending",
+		      t_u64(&h.stale), t_u64(&h.changes));
+	ck_assert_uint_eq(t_u64(&h.missing), 0);
+	ck_assert_uint_gt(t_u64(&h.changes), 0);
+	/* The last holder is the one live timer; every other was cancelled. */
+	ck_assert_int_eq(kairos_key_cancel(h.k, "hand", 4), 0);
+	keys_identity(h.k, t_u64(&h.armed) + 1);
+	t_destroy(h.k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* The key table's resize thread goes with the last service that had keys. */
 START_TEST(test_key_threads_back_to_baseline)
 {
@@ -514,6 +592,7 @@ int main(void)
 	tcase_add_test(tc, test_key_no_stale_mapping_after_drain);
 	tcase_add_test(tc, test_key_move_then_remove_never_lost);
 	tcase_add_test(tc, test_key_replace_storm);
+	tcase_add_test(tc, test_key_replace_hands_over_atomically);
 	tcase_add_test(tc, test_key_threads_back_to_baseline);
 	suite_add_tcase(s, tc);
 	return t_main(s, "keys");
