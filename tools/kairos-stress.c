@@ -803,6 +803,17 @@ static void check_after_destroy(void)
 	expect_shutdown("kairos_now", kairos_now(S.k, &t));
 	expect_shutdown("kairos_backend_info", kairos_backend_info(S.k, 0, &name, NULL));
 	expect_shutdown("kairos_destroy (a second time)", kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY));
+	if (S.cfg.keys || S.cfg.shared_keys) {
+		unsigned char kb[KAIROS_KEY_MAX];
+		struct kairos_timer_opts o = { .key = kb, .flags = KAIROS_KEY_REPLACE };
+
+		key_bytes(0, kb, &o.key_len);
+		expect_shutdown("kairos_arm_opts (with a key)",
+				kairos_arm_opts(S.k, NS_PER_MS, &o, never, NULL, &out));
+		expect_shutdown("kairos_key_reset", kairos_key_reset(S.k, kb, o.key_len, NS_PER_MS));
+		expect_shutdown("kairos_key_cancel", kairos_key_cancel(S.k, kb, o.key_len));
+		expect_shutdown("kairos_key_find", kairos_key_find(S.k, kb, o.key_len, &out));
+	}
 	expect_shutdown("kairos_queue_create", kairos_queue_create(S.k, &nq));
 	if (nq)
 		kairos_queue_destroy(nq);

@@ -42,6 +42,8 @@
  *    replaced included) + drained, against kairos_stats();
  *  - per key, the stolen timers are accounted for by the key calls on it:
  *    key_cancel 0s <= stolen <= key_cancel 0s + REPLACE sets;
+ *  - a timer found holding a key before a set that took the key or a remove
+ *    is no longer pending after it (probe_check());
  *  - an arm refused with -EEXIST leaves no timer (no callback, no count);
  *    a REPLACE set never says -EEXIST; a move never says -EBUSY;
  *  - never early: no callback before the least of its owner's last bound
@@ -440,6 +442,77 @@ static void own_replaced(struct lthread *t, uint32_t g, const struct holder *h, 
 	end_fired(t, h->idx);
 }
 
+/*
+ * A probe of a call on a shared key: the holder found before it, and the
+ * REPLACE sets of the key begun and ended before that lookup.
+ */
+struct probe {
+	kairos_id id;		/* 0: none found */
+	uint64_t begun, ended;
+};
+
+/*
+ * Shared key @g's holder, looked up before a call, into @p.  A key leaves
+ * its holder only when the holder ends (a cancel, the claim that starts
+ * its callback) or when a REPLACE set cancels it, atomically with taking
+ * the key, so a timer that held the key at the lookup has ended, or is
+ * running, once a later call saw the key taken over or free.
+ */
+static void probe_find(struct lthread *t, uint32_t g, const unsigned char *kb, size_t len,
+		       struct probe *p)
+{
+	kairos_id id = 0;
+	int rc;
+
+	/* Ended first: begun - ended counts every REPLACE in flight at the lookup. */
+	p->ended = atomic_load_explicit(&S.skeys[g].rp_ended, memory_order_seq_cst);
+	p->begun = atomic_load_explicit(&S.skeys[g].rp_begun, memory_order_seq_cst);
+	rc = kairos_key_find(S.k, kb, len, &id);
+
+	count(t, A_KEY_FIND, rc);
+	kcount(t, true, K_FIND, rc);
+	if ((rc == 0 && !id) || (rc && rc != -ENOENT))
+		violation(V_KEY, "shared key %" PRIu32 ": kairos_key_find returned %d (%s), id %#"
+			  PRIx64, g, rc, strerror(rc < 0 ? -rc : rc), id);
+	p->id = rc ? 0 : id;
+}
+
+/*
+ * After @call on shared key @g (@own: a REPLACE set of this thread's) said
+ * that the key was taken over or free: the holder seen by probe @p before
+ * it must not be pending.  A kairos_cancel() that returns 0 says it was:
+ * the key left a live timer (and the cancel ends it, so its owner counts
+ * it as ended by a key call).
+ *
+ * Unless another REPLACE set of the key was in flight meanwhile: the
+ * library's takes the key (cds_lfht_replace) before it cancels the holder,
+ * so for a moment the holder is pending without its key, although
+ * kairos_arm_opts(3) says the two happen atomically.  Counted, not a
+ * violation (see the report's keys section).
+ */
+static void probe_check(struct lthread *t, uint32_t g, const struct probe *p, bool own,
+			const char *call, int rc)
+{
+	uint64_t begun;
+	int crc;
+
+	if (!p->id)
+		return;
+	crc = kairos_cancel(S.k, p->id);
+	count(t, A_CANCEL, crc);
+	t->t.kprobes++;
+	begun = atomic_load_explicit(&S.skeys[g].rp_begun, memory_order_seq_cst);
+	if (crc == 0 && (p->begun != p->ended || begun != p->begun + own))
+		t->t.kgaps++;
+	else if (crc == 0)
+		violation(V_KEY, "shared key %" PRIu32 ": timer %#" PRIx64 " held it before %s"
+			  " returned %d, and was still pending after it (a cancel returned 0)", g,
+			  p->id, call, rc);
+	else if (crc != -ENOENT && crc != -EBUSY)
+		violation(V_RC, "shared key %" PRIu32 ": kairos_cancel of its old holder %#" PRIx64
+			  " returned %d (%s)", g, p->id, crc, strerror(-crc));
+}
+
 /* ---- sets, own and shared -------------------------------------------------------- */
 
 /* Slot @idx's arm said @rc: no timer; a callback of this epoch is a violation. */
@@ -462,6 +535,7 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 				       .flags = replace ? KAIROS_KEY_REPLACE : 0 };
 	uint64_t before, after, floor = 0;
 	struct holder h = { 0 };
+	struct probe was = { 0 };
 	uint32_t idx, epoch;
 	struct slot *s;
 	int rc;
@@ -470,13 +544,19 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 		return;
 	s = &S.slots[idx];
 	epoch = slot_prepare(s, false, shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct, 0);
-	if (shared)
+	if (shared) {
+		probe_find(t, g, kb, len, &was);
 		floor = key_floor(g);
-	else
+	} else {
 		holder_get(t, g, &h);
+	}
+	if (shared && replace)
+		atomic_fetch_add_explicit(&S.skeys[g].rp_begun, 1, memory_order_seq_cst);
 	before = service_now();
 	rc = kairos_arm_opts(S.k, delay, &o, on_timer, slot_arg(idx, epoch), &s->id);
 	after = service_now();
+	if (shared && replace)
+		atomic_fetch_add_explicit(&S.skeys[g].rp_ended, 1, memory_order_seq_cst);
 	count(t, A_ARM_OPTS, rc);
 	kcount(t, shared, replace ? K_REPLACE : K_SET, rc);
 	if (rc == -EEXIST && !replace) {
@@ -510,6 +590,7 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 		atomic_fetch_add_explicit(&S.skeys[g].armed, 1, memory_order_relaxed);
 		if (replace)
 			atomic_fetch_add_explicit(&S.skeys[g].replaced, 1, memory_order_relaxed);
+		probe_check(t, g, &was, replace, replace ? "a REPLACE set" : "a set", rc);
 		return;
 	}
 	*held_ref(t, g) = idx + 1;
@@ -531,10 +612,18 @@ static void shared_call(struct lthread *t, uint32_t g, const unsigned char *kb, 
 			enum key_op op)
 {
 	_Atomic uint64_t *moving = &S.kmoving[(size_t)t->no * S.cfg.shared_keys + g];
+	struct probe was = { 0 };
 	kairos_id id = 0;
 	uint64_t before;
 	int rc;
 
+	/*
+	 * Removes probe the holder (one in two: they race alone too).  Not
+	 * moves: a holder that has expired but not started (FIRING) keeps its
+	 * key, and a reset of it says -ENOENT while a cancel still wins.
+	 */
+	if (op == K_REMOVE && rng_below(&t->rng, 2))
+		probe_find(t, g, kb, len, &was);
 	switch (op) {
 	case K_FIND:
 		rc = kairos_key_find(S.k, kb, len, &id);
@@ -564,6 +653,8 @@ static void shared_call(struct lthread *t, uint32_t g, const unsigned char *kb, 
 		else if (rc != -EBUSY && rc != -ENOENT)
 			violation(V_KEY, "shared key %" PRIu32 ": kairos_key_cancel returned %d (%s)",
 				  g, rc, strerror(-rc));
+		/* Whatever it says, a holder seen before has ended or runs. */
+		probe_check(t, g, &was, false, "kairos_key_cancel", rc);
 		break;
 	}
 	kcount(t, true, op, rc);

@@ -1736,6 +1736,8 @@ void tally_sum(struct tally *out)
 		out->kunmeasured += t->kunmeasured;
 		out->kexact += t->kexact;
 		out->kfired += t->kfired;
+		out->kprobes += t->kprobes;
+		out->kgaps += t->kgaps;
 	}
 }
 
