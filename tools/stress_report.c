@@ -254,7 +254,7 @@ void crosscheck(void)
 	}
 	xc("armed == arms that returned 0", f->armed, t.arms);
 	xc("fired == one-shot callbacks", f->fired, oneshot);
-	xc("cancelled == cancels that returned 0 + periodic stopped + keyed ended by key calls",
+	xc("cancelled == cancels that returned 0 + stopped + ended by key calls",
 	   f->cancelled, t.cancelled + t.pcancelled + t.pstopped + t.kcancelled + t.kreplaced +
 	   t.kstolen);
 	xc("drained == drained callbacks + queue timers ended unrun", f->drained,
