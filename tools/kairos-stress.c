@@ -14,7 +14,11 @@
  * and are stopped with cancel_sync.  A fifth of them are armed for two
  * kairos queues, each drained by a thread of the tool's own with
  * kairos_queue_run() and kairos_queue_take(), and checked against the same
- * contract (--queues 0: the workers only).  While it runs it shows a live
+ * contract (--queues 0: the workers only).  With --keys and --shared-keys a
+ * share of the calls (the mix's "key") sets, moves, removes and finds timers
+ * by key: keys of each thread's own, whose every answer is known, and keys
+ * that all threads race on, whose timers' ends are accounted per key
+ * (stress_keys.c).  While it runs it shows a live
  * progress line on a terminal (plain lines every few seconds otherwise); at
  * the end it destroys the queues (half of them before the service) and the
  * service with KAIROS_DRAIN_NOTIFY, checks that every timer ended exactly
@@ -26,8 +30,9 @@
  * when something was, 2 for a bad command line or a service that cannot
  * start.
  *
- * The load and the per-timer checks are in stress_load.c, the report in
- * stress_report.c; this file holds the options and the run.
+ * The load and the per-timer checks are in stress_load.c, the key mix in
+ * stress_keys.c, the report in stress_report.c; this file holds the options
+ * and the run.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -66,8 +71,8 @@ static void usage(FILE *f)
 "  -t, --threads=N         load threads (default 4)\n"
 "  -n, --timers=N          timer slots over all threads (default 100000; 1e5 works)\n"
 "  -m, --mix=SPEC          weights of the operations, e.g. the default\n"
-"                          reset=60,cancel=25,arm=10,sync=3,periodic=2; keys left\n"
-"                          out weigh 0:\n"
+"                          reset=60,cancel=25,arm=10,sync=3,periodic=2 (and key=20\n"
+"                          with --keys or --shared-keys); names left out weigh 0:\n"
 "                            reset     push a pending one-shot timer's deadline\n"
 "                                      (1 in 16 aims at any slot, ended timers too)\n"
 "                            cancel    kairos_cancel the timer of a random slot of the\n"
@@ -77,6 +82,13 @@ static void usage(FILE *f)
 "                            periodic  keep --periodics periodic timers: arm them,\n"
 "                                      stop them with cancel_sync (or cancel) after\n"
 "                                      100 ms..1 s\n"
+"                            key       a key call (needs --keys or --shared-keys):\n"
+"                                      on an own or a shared key (even odds when\n"
+"                                      there are both), set it with a new one-shot\n"
+"                                      timer (20%%), set it with KAIROS_KEY_REPLACE\n"
+"                                      (20%%), move it with kairos_key_reset (30%%),\n"
+"                                      remove it with kairos_key_cancel (15%%) or\n"
+"                                      look it up with kairos_key_find (15%%)\n"
 "      --idle=MIN-MAX      idle timeout delays (default 50ms-500ms; bare numbers ms)\n"
 "      --short=MIN-MAX     short timer delays, timers that fire (default 1ms-20ms)\n"
 "      --short-share=PCT   share of one-shot arms that are short (default 20)\n"
@@ -108,6 +120,21 @@ static void usage(FILE *f)
 "                          it later, ends unrun, counted as drained), after it\n"
 "                          (all was drained with a callback: each returns 0), or\n"
 "                          mixed: the odd-numbered queues before (default)\n"
+"      --keys=N            keys of each load thread's own (default 0): only that\n"
+"                          thread calls on them, so every answer is known and\n"
+"                          checked (found id == holder, -EEXIST while held, a\n"
+"                          free key after the holder's callback started, ...)\n"
+"      --shared-keys=N     keys that every load thread sets, moves, removes and\n"
+"                          finds (default 0).  A timer a key call of another\n"
+"                          thread ended (key_cancel, a REPLACE set) is found by\n"
+"                          its owner, must never run, and is counted as\n"
+"                          cancelled; per key, those timers must be matched by\n"
+"                          key_cancels that returned 0 and REPLACE sets.  Keyed\n"
+"                          timers are one-shot, go to the workers, and use the\n"
+"                          --short/--idle delays; a move uses --idle.  Of either\n"
+"                          kind, half of the calls go to the first 4 keys (hot:\n"
+"                          collisions, -EEXIST, REPLACE races), the rest to any\n"
+"                          (cold: timers that live to fire or be moved)\n"
 "      --max-late=TIME     a callback later than this after its deadline, or a\n"
 "                          timer still due and not run that long when the load\n"
 "                          stops, is a violation: the service stalled (default\n"
@@ -159,6 +186,8 @@ enum {
 	OPT_QUEUES,
 	OPT_QUEUE_SHARE,
 	OPT_QUEUE_DESTROY,
+	OPT_KEYS,
+	OPT_SHARED_KEYS,
 };
 
 static const struct option long_opts[] = {
@@ -184,6 +213,8 @@ static const struct option long_opts[] = {
 	{ "queues", required_argument, NULL, OPT_QUEUES },
 	{ "queue-share", required_argument, NULL, OPT_QUEUE_SHARE },
 	{ "queue-destroy", required_argument, NULL, OPT_QUEUE_DESTROY },
+	{ "keys", required_argument, NULL, OPT_KEYS },
+	{ "shared-keys", required_argument, NULL, OPT_SHARED_KEYS },
 	{ "interval", required_argument, NULL, OPT_INTERVAL },
 	{ "max-late", required_argument, NULL, OPT_MAX_LATE },
 	{ "quiet", no_argument, NULL, 'q' },
@@ -335,7 +366,7 @@ static void defaults(struct stress_config *c)
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct stress_config *c)
 {
-	bool seeded = false;
+	bool seeded = false, mixed = false;
 	uint64_t v;
 	int opt;
 
@@ -361,6 +392,7 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 		case 'm':
 			if (!parse_mix(optarg, c->mix))
 				return bad("--mix", optarg);
+			mixed = true;
 			break;
 		case OPT_TICK:
 			if (!parse_time(optarg, 1, &v) || v < 1000)
@@ -464,6 +496,16 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 			c->queue_end = (enum queue_end)e;
 			break;
 		}
+		case OPT_KEYS:
+			if (!parse_u64(optarg, 0, 1000000, &v))
+				return bad("--keys", optarg);
+			c->keys = (uint32_t)v;
+			break;
+		case OPT_SHARED_KEYS:
+			if (!parse_u64(optarg, 0, 1000000, &v))
+				return bad("--shared-keys", optarg);
+			c->shared_keys = (uint32_t)v;
+			break;
 		case OPT_INTERVAL:
 			if (!parse_time(optarg, NS_PER_S, &v) || v < 100 * NS_PER_MS)
 				return bad("--interval", optarg);
@@ -507,6 +549,21 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 	if (c->timers < c->threads) {
 		fprintf(stderr, "kairos-stress: --timers (%" PRIu32 ") must be at least --threads (%u)\n",
 			c->timers, c->threads);
+		return 2;
+	}
+	if ((c->keys || c->shared_keys) && !c->mix[M_KEY]) {
+		if (mixed) {
+			fprintf(stderr, "kairos-stress: --keys and --shared-keys need key=W in --mix\n");
+			return 2;
+		}
+		c->mix[M_KEY] = 20;
+	}
+	if (c->mix[M_KEY] && !c->keys && !c->shared_keys) {
+		fprintf(stderr, "kairos-stress: key=W in --mix needs --keys or --shared-keys\n");
+		return 2;
+	}
+	if ((uint64_t)c->keys * c->threads + c->shared_keys > UINT32_MAX - 1) {
+		fprintf(stderr, "kairos-stress: too many keys\n");
 		return 2;
 	}
 	if (c->periodics == UINT32_MAX)
@@ -749,6 +806,17 @@ static void check_after_destroy(void)
 	expect_shutdown("kairos_now", kairos_now(S.k, &t));
 	expect_shutdown("kairos_backend_info", kairos_backend_info(S.k, 0, &name, NULL));
 	expect_shutdown("kairos_destroy (a second time)", kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY));
+	if (S.cfg.keys || S.cfg.shared_keys) {
+		unsigned char kb[KAIROS_KEY_MAX];
+		struct kairos_timer_opts o = { .key = kb, .flags = KAIROS_KEY_REPLACE };
+
+		key_bytes(0, kb, &o.key_len);
+		expect_shutdown("kairos_arm_opts (with a key)",
+				kairos_arm_opts(S.k, NS_PER_MS, &o, never, NULL, &out));
+		expect_shutdown("kairos_key_reset", kairos_key_reset(S.k, kb, o.key_len, NS_PER_MS));
+		expect_shutdown("kairos_key_cancel", kairos_key_cancel(S.k, kb, o.key_len));
+		expect_shutdown("kairos_key_find", kairos_key_find(S.k, kb, o.key_len, &out));
+	}
 	expect_shutdown("kairos_queue_create", kairos_queue_create(S.k, &nq));
 	if (nq)
 		kairos_queue_destroy(nq);
@@ -897,9 +965,10 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	if (!S.cfg.quiet)
 		fprintf(stderr, "kairos-stress: %.1f s, %u threads, %" PRIu32 " timers, %u shards (%s),"
-			" %u queues, seed %" PRIu64 "\n", S.cfg.duration_s, S.cfg.threads,
-			S.cfg.timers, S.nshards, S.nshards ? S.backends[0].name : "?", S.cfg.queues,
-			S.cfg.seed);
+			" %u queues, %" PRIu32 " own keys per thread, %" PRIu32 " shared keys, seed %"
+			PRIu64 "\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers, S.nshards,
+			S.nshards ? S.backends[0].name : "?", S.cfg.queues, S.cfg.keys,
+			S.cfg.shared_keys, S.cfg.seed);
 
 	S.elapsed_s = (double)run_load() / 1e9;
 	for (unsigned i = 0; i < S.cfg.threads; i++)

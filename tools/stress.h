@@ -7,6 +7,7 @@
  *   kairos-stress.c   options, the run (start, progress, stop, destroy), main()
  *   stress_load.c     the slot table, the callback, the load threads, the
  *                     per-timer checks and the final sweep
+ *   stress_keys.c     the key mix: timers named by keys, own and shared
  *   stress_report.c   histograms, the text report, --json and --plot
  *
  * Who writes what, in one paragraph: each load thread owns a disjoint range
@@ -19,6 +20,13 @@
  * into striped counters so that they share no cache line in the common
  * case.  The main thread reads the live counters for the progress line and
  * everything else after it has joined the load and drainer threads.
+ *
+ * Keys (--keys, --shared-keys) bend the first rule a little: a timer armed
+ * with a shared key still lives in its arming thread's slot, but any thread
+ * may move it (kairos_key_reset) or end it (kairos_key_cancel, or an arm
+ * with KAIROS_KEY_REPLACE).  Its owner learns of such an end only from the
+ * timer itself (a cancel_sync that finds it ended without a run), and the
+ * per-key counters in struct skey close the books (stress_keys.c).
  */
 #ifndef KAIROS_STRESS_H
 #define KAIROS_STRESS_H
@@ -50,6 +58,7 @@ enum mix_op {
 	M_ARM,		/* kairos_arm() a one-shot timer on a free slot */
 	M_SYNC,		/* kairos_cancel_sync() a one-shot timer, pending or ended */
 	M_PERIODIC,	/* start, or stop with cancel_sync/cancel, a periodic timer */
+	M_KEY,		/* a key call: set, move, remove or find a key (stress_keys.c) */
 	M_N
 };
 
@@ -63,6 +72,9 @@ enum api_call {
 	A_RESET,
 	A_CANCEL,
 	A_CANCEL_SYNC,
+	A_KEY_RESET,
+	A_KEY_CANCEL,
+	A_KEY_FIND,
 	A_N
 };
 
@@ -73,6 +85,7 @@ enum api_rc {
 	RC_OK,
 	RC_ENOENT,
 	RC_EBUSY,
+	RC_EEXIST,
 	RC_OTHER,
 	RC_N
 };
@@ -118,6 +131,8 @@ struct stress_config {
 	unsigned queues;		/* kairos_queue's, each with a drainer thread */
 	unsigned queue_pct;		/* share of arms (one-shot and periodic) for a queue */
 	enum queue_end queue_end;	/* when the queues are destroyed */
+	uint32_t keys;			/* keys of each load thread's own */
+	uint32_t shared_keys;		/* keys that every load thread uses */
 	double interval_s;		/* progress lines when stderr is not a terminal */
 	bool quiet;
 	const char *json_path;
@@ -170,6 +185,8 @@ enum viol {
 	V_COUNTERS,	/* kairos_stats() disagrees with the tool's own tallies */
 	V_API,		/* calls after kairos_destroy(), kairos_backend_info() */
 	V_QUEUE,	/* a queue's delivery: wrong thread or queue, counts of run/take */
+	V_KEY,		/* a key call disagrees with the key's holder; a timer a key call
+			 * ended ran; a refused (-EEXIST) arm left a timer */
 	V_N
 };
 
@@ -192,17 +209,28 @@ uint64_t violations_total(void);
 enum slot_kind { K_FREE, K_ONESHOT, K_PERIODIC };
 
 /* How a slot's last timer ended, as the owner saw it. */
-enum slot_end { E_NONE, E_FIRED, E_CANCELLED, E_STOPPED, E_DRAINED };
+enum slot_end { E_NONE, E_FIRED, E_CANCELLED, E_STOPPED, E_DRAINED, E_KEYED, E_REFUSED };
+/*
+ * E_KEYED: a key call ended it (kairos_key_cancel, or a KAIROS_KEY_REPLACE
+ * arm that cancelled it as the key's holder); E_REFUSED: the arm of this
+ * epoch said -EEXIST, so there never was a timer.
+ */
 
 /* Owner-only flags (struct slot.oflags). */
 #define O_SHORT		0x01	/* one-shot: a short timer, reset short again */
 #define O_FIRING	0x02	/* one-shot: reset or cancel said it is firing */
 #define O_STOPPING	0x04	/* periodic: kairos_cancel() said -EBUSY */
+#define O_SHARED	0x08	/* one-shot: its key is shared (any thread may move or end it) */
 
 /* Bits of struct slot.cur, besides the epoch in the upper half. */
 #define F_PERIODIC	0x01ull	/* this epoch's timer is periodic */
 #define F_NO_START	0x02ull	/* a cancel said no callback of this epoch starts again */
+#define F_PREV_PERIODIC	0x04ull	/* the previous epoch's timer was periodic */
+#define F_CANCELLED	0x08ull	/* a cancel returned 0 for this epoch's timer */
+#define F_SLOW		0x10ull	/* its callback sleeps --slow-time: -EBUSY, cancel_sync waits */
 #define F_PREV_SHIFT	8	/* enum slot_end of the previous epoch */
+#define F_KEYED		0x20ull	/* a key call ended this epoch's timer */
+#define F_REFUSED	0x40ull	/* this epoch's arm said -EEXIST: there is no timer */
 
 /*
  * One tracked timer.  A slot is reused timer after timer; each use is an
@@ -217,6 +245,8 @@ struct slot {
 	uint64_t until;		/* periodic: stop it after this */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
+	uint32_t key;		/* one-shot: its key's number + 1 (stress_keys.c); 0: none */
+	uint64_t kfloor;	/* O_SHARED: no move by a key call sets a deadline before this */
 	uint8_t kind;		/* enum slot_kind: the timer now in the slot */
 	uint8_t oflags;		/* O_* */
 	uint8_t last_end;	/* enum slot_end of the slot's last timer */
@@ -275,6 +305,52 @@ struct tally {
 	uint64_t qpaused;	/* resets and cancels made while their drainer was paused */
 	uint64_t qpaused_due;	/* of those, on one-shot timers over a tick past due */
 	uint64_t qfences;	/* waits for a drainer to finish checking what it took */
+	uint64_t karms;		/* keyed arms that returned 0 (in arms too) */
+	uint64_t karms_shared;	/* of those, on a shared key */
+	uint64_t kcancelled;	/* own keys: timers a kairos_key_cancel returned 0 for */
+	uint64_t kreplaced;	/* own keys: holders a KAIROS_KEY_REPLACE arm cancelled */
+	uint64_t kreplaced_ran;	/* own keys: holders replaced while firing, that ran */
+	uint64_t kstolen;	/* shared keys: timers found ended by someone's key call */
+	uint64_t ksettles;	/* cancel_syncs that settled how a keyed timer ended */
+	uint64_t kunmeasured;	/* shared keys: runs whose lateness is unknown (moved by others) */
+	uint64_t kexact;	/* own keys: key calls whose one right answer was known */
+	uint64_t kfired;	/* keyed timers that ended by running (in fired too) */
+	uint64_t kprobes;	/* shared keys: old holders checked not pending after a call */
+	uint64_t kgaps;		/* of those, pending while another thread's REPLACE was in flight */
+};
+
+/* The key calls, counted per kind and per key scope in the report. */
+enum key_op {
+	K_SET,		/* kairos_arm_opts with a key */
+	K_REPLACE,	/* the same with KAIROS_KEY_REPLACE */
+	K_MOVE,		/* kairos_key_reset */
+	K_REMOVE,	/* kairos_key_cancel */
+	K_FIND,		/* kairos_key_find */
+	K_NOPS
+};
+
+extern const char *const key_op_names[K_NOPS];
+
+/* What each key call returned: 0, -ENOENT, -EBUSY, -EEXIST, other (enum api_rc). */
+struct kcounts {
+	uint64_t rc[2][K_NOPS][RC_N];	/* [0]: own keys, [1]: shared keys */
+};
+
+/*
+ * One shared key's books, written by every load thread (relaxed atomics,
+ * read after the joins).  Each timer that a key call ended is found by its
+ * owner (kstolen) and counted on its key here: remove0 <= stolen <=
+ * remove0 + replaced, since a kairos_key_cancel that returns 0 ends exactly
+ * one holder and a REPLACE arm at most one (none if the holder was firing).
+ */
+struct skey {
+	_Atomic uint64_t remove0 __attribute__((aligned(ST_ALIGN)));	/* key_cancel returned 0 */
+	_Atomic uint64_t replaced;	/* REPLACE arms that returned 0 */
+	_Atomic uint64_t stolen;	/* its timers found ended by a key call */
+	_Atomic uint64_t eexist;	/* plain arms refused */
+	_Atomic uint64_t armed;		/* arms that returned 0 */
+	_Atomic uint64_t rp_begun;	/* REPLACE sets called */
+	_Atomic uint64_t rp_ended;	/* REPLACE sets returned */
 };
 
 /* One load thread. */
@@ -297,6 +373,8 @@ struct lthread {
 	uint64_t stale[A_N];
 	uint64_t rc_busy_returning;	/* -EBUSY on a reaped one-shot still returning */
 	struct tally t;
+	uint32_t *kheld;		/* own keys: slot + 1 of the timer last armed with each */
+	struct kcounts kc;
 };
 
 /* Counters of callbacks, striped by calling thread. */
@@ -381,6 +459,13 @@ struct stress {
 	struct lthread *th;
 	struct cb_stripe cb[CB_STRIPES];
 	struct qdrainer *qd;		/* cfg.queues of them */
+	struct skey *skeys;		/* cfg.shared_keys of them */
+	/*
+	 * [thread * shared_keys + key]: 0, or the clock read before that
+	 * thread's kairos_key_reset of that key in progress (1 while it is
+	 * being read); see key_floor().
+	 */
+	_Atomic uint64_t *kmoving;
 	_Atomic int stop;		/* load threads stop when set */
 	_Atomic unsigned started;	/* load threads that have finished their fill */
 
@@ -408,6 +493,32 @@ extern struct stress S;
 
 /* stress_load.c */
 int load_setup(void);
+uint64_t rng_next(uint64_t *s);
+uint32_t rng_below(uint64_t *s, uint32_t n);
+uint64_t rng_range(uint64_t *s, const struct range_ns *r);
+uint64_t service_now(void);
+void count(struct lthread *t, enum api_call a, int rc);
+int rc_class(int rc);
+uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno);
+void *slot_arg(uint32_t idx, uint32_t epoch);
+bool fq_pop(struct lthread *t, uint32_t *idx);
+void fq_push(struct lthread *t, uint32_t idx);
+void list_add(uint32_t *list, uint32_t *n, uint32_t idx);
+void slot_free(struct lthread *t, uint32_t idx, enum slot_end end);
+void end_fired(struct lthread *t, uint32_t idx);
+void reap(struct lthread *t, uint32_t idx);
+const char *end_name(unsigned e);
+
+/* stress_keys.c */
+int keys_setup(void);
+void key_step(struct lthread *t);
+void key_forget(struct lthread *t, uint32_t idx);
+bool key_settle(struct lthread *t, uint32_t idx, const char *why);
+void key_sweep(struct lthread *t, uint32_t idx);
+bool key_ended_unrun(struct lthread *t, uint32_t idx);
+uint64_t key_bound(const struct slot *s);
+void keys_crosscheck(void);
+void key_bytes(uint32_t g, unsigned char *buf, size_t *len);
 void *load_main(void *arg);
 int queues_setup(void);
 void *drain_main(void *arg);
@@ -424,7 +535,7 @@ struct xcheck {
 	bool ok;
 };
 
-#define XCHECKS_MAX	24
+#define XCHECKS_MAX	32
 extern struct xcheck xchecks[XCHECKS_MAX];
 extern unsigned nxchecks;
 

@@ -59,6 +59,7 @@ const char *const mix_names[M_N] = {
 	[M_ARM] = "arm",
 	[M_SYNC] = "sync",
 	[M_PERIODIC] = "periodic",
+	[M_KEY] = "key",
 };
 
 const char *const api_names[A_N] = {
@@ -68,6 +69,9 @@ const char *const api_names[A_N] = {
 	[A_RESET] = "kairos_reset",
 	[A_CANCEL] = "kairos_cancel",
 	[A_CANCEL_SYNC] = "kairos_cancel_sync",
+	[A_KEY_RESET] = "kairos_key_reset",
+	[A_KEY_CANCEL] = "kairos_key_cancel",
+	[A_KEY_FIND] = "kairos_key_find",
 };
 
 const char *const viol_names[V_N] = {
@@ -85,6 +89,8 @@ const char *const viol_names[V_N] = {
 	[V_COUNTERS] = "library counters disagree with the tool's tallies",
 	[V_API] = "API contract (after destroy, backend info)",
 	[V_QUEUE] = "queue delivery (wrong thread or queue, run/take counts, destroy)",
+	[V_KEY] = "keys (a key call disagrees with the key's holder, a timer a key call ended"
+		  " ran, a refused arm left a timer, per-key books)",
 };
 
 const char *const queue_end_names[3] = {
@@ -132,7 +138,7 @@ uint64_t now_ns(void)
 }
 
 /* kairos_now(): the clock read that a bound is taken from, before a call. */
-static uint64_t service_now(void)
+uint64_t service_now(void)
 {
 	uint64_t t;
 	int rc = kairos_now(S.k, &t);
@@ -146,7 +152,7 @@ static uint64_t service_now(void)
 
 /* ---- the generator (splitmix64) ----------------------------------------- */
 
-static uint64_t rng_next(uint64_t *s)
+uint64_t rng_next(uint64_t *s)
 {
 	uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
 
@@ -156,12 +162,12 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 /* Uniform in [0, @n) by multiply-shift; @n > 0. */
-static uint32_t rng_below(uint64_t *s, uint32_t n)
+uint32_t rng_below(uint64_t *s, uint32_t n)
 {
 	return (uint32_t)(((rng_next(s) >> 32) * n) >> 32);
 }
 
-static uint64_t rng_range(uint64_t *s, const struct range_ns *r)
+uint64_t rng_range(uint64_t *s, const struct range_ns *r)
 {
 	if (r->hi <= r->lo)
 		return r->lo;
@@ -180,7 +186,7 @@ static struct cb_stripe *stripe(void)
 	return &S.cb[mine - 1];
 }
 
-static void *slot_arg(uint32_t idx, uint32_t epoch)
+void *slot_arg(uint32_t idx, uint32_t epoch)
 {
 	return (void *)(uintptr_t)((uint64_t)epoch << 32 | idx);
 }
@@ -190,11 +196,7 @@ static uint32_t cur_epoch(uint64_t cur)
 	return (uint32_t)(cur >> 32);
 }
 
-#define F_PREV_PERIODIC	0x04ull	/* the previous epoch's timer was periodic */
-#define F_CANCELLED	0x08ull	/* a cancel returned 0 for this epoch's timer */
-#define F_SLOW		0x10ull	/* its callback sleeps --slow-time: -EBUSY, cancel_sync waits */
-
-static const char *end_name(unsigned e)
+const char *end_name(unsigned e)
 {
 	static const char *const names[] = {
 		[E_NONE] = "had ended",
@@ -202,6 +204,8 @@ static const char *end_name(unsigned e)
 		[E_CANCELLED] = "had been cancelled (a cancel returned 0)",
 		[E_STOPPED] = "had been stopped (cancel_sync returned)",
 		[E_DRAINED] = "had been drained",
+		[E_KEYED] = "had been ended by a key call (key_cancel, or a REPLACE arm)",
+		[E_REFUSED] = "was never armed (its keyed arm said -EEXIST)",
 	};
 
 	return e < sizeof(names) / sizeof(names[0]) ? names[e] : "had ended";
@@ -228,6 +232,8 @@ static void stale_call(struct cb_stripe *cs, uint32_t idx, uint32_t epoch, uint6
 		v = V_TWICE;
 	else if (last && prev == E_STOPPED)
 		v = V_AFTER_STOP;
+	else if (last && (prev == E_KEYED || prev == E_REFUSED))
+		v = V_KEY;
 	violation(v, "slot %" PRIu32 ": callback (status %d) of timer %#" PRIx64
 		  " (epoch %" PRIu32 ") after that timer %s; the slot is at epoch %" PRIu32,
 		  idx, status, id, epoch, last ? end_name(prev) : "had ended", cur_epoch(cur));
@@ -322,6 +328,18 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 		stale_call(cs, idx, epoch, cur, id, status);
 		return;
 	}
+	if (cur & F_REFUSED) {
+		/* No timer: counted as a one-shot call, as the library would. */
+		atomic_fetch_add_explicit(status == -ECANCELED ? &cs->drained : &cs->oneshot, 1,
+					  memory_order_relaxed);
+		violation(V_KEY, "slot %" PRIu32 ": callback (status %d, id %#" PRIx64 ") of an arm"
+			  " that returned -EEXIST", idx, status, id);
+		return;
+	}
+	if (cur & F_KEYED)
+		violation(V_KEY, "slot %" PRIu32 ": timer %#" PRIx64 " %s (status %d) after a key"
+			  " call ended it (a kairos_key_cancel or a REPLACE arm cancelled it)", idx,
+			  id, status == -ECANCELED ? "drained" : "called", status);
 	if (id != s->id)
 		violation(V_CALLBACK, "slot %" PRIu32 ": callback got id %#" PRIx64
 			  ", the arm returned %#" PRIx64, idx, id, s->id);
@@ -337,7 +355,7 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 		if (atomic_fetch_add_explicit(&s->drains, 1, memory_order_relaxed))
 			violation(V_LOST, "slot %" PRIu32 ": timer %#" PRIx64 " drained twice",
 				  idx, id);
-		if (cur & (F_CANCELLED | F_NO_START))
+		if ((cur & (F_CANCELLED | F_NO_START)) && !(cur & F_KEYED))
 			violation(cur & F_CANCELLED ? V_AFTER_CANCEL : V_AFTER_STOP,
 				  "slot %" PRIu32 ": timer %#" PRIx64 " drained after %s", idx, id,
 				  cur & F_CANCELLED ? "a cancel returned 0"
@@ -361,7 +379,7 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 		violation(V_QUEUE, "slot %" PRIu32 ": entry of timer %#" PRIx64 " taken with a"
 			  " deadline %" PRIu64 " ns after the take returned", idx, id,
 			  taken->deadline_ns - now);
-	if (cur & (F_CANCELLED | F_NO_START))
+	if ((cur & (F_CANCELLED | F_NO_START)) && !(cur & F_KEYED))
 		violation(cur & F_CANCELLED ? V_AFTER_CANCEL : V_AFTER_STOP,
 			  "slot %" PRIu32 ": %s timer %#" PRIx64 " %s after %s", idx,
 			  periodic ? "periodic" : "one-shot", id, taken ? "taken" : "started",
@@ -450,7 +468,7 @@ void on_timer(void *arg, kairos_id id, int status)
 
 /* ---- a thread's lists ---------------------------------------------------- */
 
-static void list_add(uint32_t *list, uint32_t *n, uint32_t idx)
+void list_add(uint32_t *list, uint32_t *n, uint32_t idx)
 {
 	S.slots[idx].pos = *n;
 	list[(*n)++] = idx;
@@ -465,7 +483,7 @@ static void list_del(uint32_t *list, uint32_t *n, uint32_t idx)
 }
 
 /* Free slots go to the back: a slot is reused as late as possible. */
-static void fq_push(struct lthread *t, uint32_t idx)
+void fq_push(struct lthread *t, uint32_t idx)
 {
 	uint32_t n = t->hi - t->lo;
 
@@ -473,7 +491,7 @@ static void fq_push(struct lthread *t, uint32_t idx)
 	t->fq_len++;
 }
 
-static bool fq_pop(struct lthread *t, uint32_t *idx)
+bool fq_pop(struct lthread *t, uint32_t *idx)
 {
 	if (!t->fq_len)
 		return false;
@@ -483,21 +501,40 @@ static bool fq_pop(struct lthread *t, uint32_t *idx)
 	return true;
 }
 
-static void count(struct lthread *t, enum api_call a, int rc)
+int rc_class(int rc)
+{
+	switch (rc) {
+	case 0:
+		return RC_OK;
+	case -ENOENT:
+		return RC_ENOENT;
+	case -EBUSY:
+		return RC_EBUSY;
+	case -EEXIST:
+		return RC_EEXIST;
+	default:
+		return RC_OTHER;
+	}
+}
+
+void count(struct lthread *t, enum api_call a, int rc)
 {
 	uint64_t n = atomic_load_explicit(&t->ops[a], memory_order_relaxed);
 
 	/* Single writer: a plain increment the main thread may read at any time. */
 	atomic_store_explicit(&t->ops[a], n + 1, memory_order_relaxed);
-	t->rc[a][rc == 0 ? RC_OK : rc == -ENOENT ? RC_ENOENT : rc == -EBUSY ? RC_EBUSY : RC_OTHER]++;
+	t->rc[a][rc_class(rc)]++;
 }
 
 /* ---- ending timers -------------------------------------------------------- */
 
-static void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
+void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
 {
 	struct slot *s = &S.slots[idx];
 
+	if (s->key)
+		key_forget(t, idx);
+	s->key = 0;
 	if (s->kind == K_ONESHOT)
 		list_del(t->live, &t->nlive, idx);
 	else if (s->kind == K_PERIODIC)
@@ -517,6 +554,7 @@ static void check_run(struct lthread *t, uint32_t idx)
 	uint32_t drains = atomic_load_explicit(&s->drains, memory_order_relaxed);
 	uint64_t start = atomic_load_explicit(&s->start_ns, memory_order_relaxed);
 	uint64_t taken = atomic_load_explicit(&s->taken_ns, memory_order_relaxed);
+	uint64_t bound = key_bound(s);
 
 	if (runs != 1 || drains)
 		violation(V_LOST, "slot %" PRIu32 ": one-shot timer %#" PRIx64
@@ -530,13 +568,17 @@ static void check_run(struct lthread *t, uint32_t idx)
 			  " deadline %s before the deadline of its last successful arm/reset",
 			  idx, s->id, early);
 	}
-	if (start < s->bound) {
+	if (start < bound) {
 		char early[32];
 
-		fmt_ns(early, sizeof(early), s->bound - start);
+		fmt_ns(early, sizeof(early), bound - start);
 		violation(V_EARLY, "slot %" PRIu32 ": one-shot timer %#" PRIx64
-			  " %s %s before the deadline of its last successful arm/reset",
-			  idx, s->id, taken ? "taken (the take returned)" : "started", early);
+			  " %s %s before the deadline of its last successful arm/reset%s",
+			  idx, s->id, taken ? "taken (the take returned)" : "started", early,
+			  (s->oflags & O_SHARED) ? " or of any move of its shared key" : "");
+	} else if (s->oflags & O_SHARED) {
+		/* Another thread may have moved it later: its deadline is not known. */
+		t->t.kunmeasured++;
 	} else {
 		lhist_add(&t->late, start - s->bound);
 		if (start - s->bound > S.cfg.max_late_ns)
@@ -609,15 +651,16 @@ static void check_overdue(struct lthread *t, uint32_t idx, uint64_t due)
 }
 
 /* A one-shot timer whose callback has returned: it ended by firing. */
-static void end_fired(struct lthread *t, uint32_t idx)
+void end_fired(struct lthread *t, uint32_t idx)
 {
 	check_run(t, idx);
 	t->t.fired++;
+	t->t.kfired += S.slots[idx].key != 0;
 	slot_free(t, idx, E_FIRED);
 }
 
 /* Ends slot @idx's one-shot timer if its callback has returned. */
-static void reap(struct lthread *t, uint32_t idx)
+void reap(struct lthread *t, uint32_t idx)
 {
 	struct slot *s = &S.slots[idx];
 
@@ -629,7 +672,7 @@ static void reap(struct lthread *t, uint32_t idx)
 /* ---- the operations --------------------------------------------------------- */
 
 /* Resets a slot's shared words for a new timer of epoch @epoch, for queue @qno - 1 or workers. */
-static uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
+uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
 {
 	uint64_t old = atomic_load_explicit(&s->cur, memory_order_relaxed);
 	uint32_t epoch = cur_epoch(old) + 1;
@@ -861,11 +904,18 @@ static void reset_oneshot(struct lthread *t, uint32_t idx)
 		/* Past its deadline, a queue's timer most likely waited untaken: withdrawn. */
 		if (qno && before > s->bound + S.cfg.tick_ns)
 			t->t.qwithdrawn++;
-		pending_late(t, idx, "kairos_reset", before, s->bound);
+		/* Another thread may have moved a shared key's timer later. */
+		if (!(s->oflags & O_SHARED))
+			pending_late(t, idx, "kairos_reset", before, s->bound);
 		s->bound = before + delay;
 		break;
 	case -ENOENT:
-		/* Firing or fired: the old bound stays. */
+		/* Firing or fired (or, with a shared key, ended by a key call). */
+		if (s->oflags & O_SHARED) {
+			key_settle(t, idx, "kairos_reset");
+			break;
+		}
+		/* The old bound stays. */
 		s->oflags |= O_FIRING;
 		break;
 	default:
@@ -898,7 +948,8 @@ static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
 		if (runs)
 			violation(V_TWICE, "slot %" PRIu32 ": %s of one-shot timer %#" PRIx64
 				  " returned 0 after its callback started", idx, fn, s->id);
-		pending_late(t, idx, fn, before, s->bound);
+		if (!(s->oflags & O_SHARED))
+			pending_late(t, idx, fn, before, s->bound);
 		/* Release: a callback that starts after this sees the flag. */
 		atomic_fetch_or_explicit(&s->cur, F_CANCELLED, memory_order_release);
 		t->t.cancelled++;
@@ -916,6 +967,11 @@ static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
 	default:
 		violation(V_RC, "slot %" PRIu32 ": %s of one-shot timer %#" PRIx64 " returned %d (%s)",
 			  idx, fn, s->id, rc, strerror(-rc));
+		return;
+	}
+	/* With a shared key, a key call of another thread may have ended it. */
+	if (s->oflags & O_SHARED) {
+		key_settle(t, idx, fn);
 		return;
 	}
 	/*
@@ -1202,6 +1258,9 @@ static void step(struct lthread *t, unsigned total)
 	case M_PERIODIC:
 		do_periodic(t);
 		break;
+	case M_KEY:
+		key_step(t);
+		break;
 	default:
 		break;
 	}
@@ -1280,12 +1339,13 @@ int load_setup(void)
 		t->live = malloc(sizeof(*t->live) * n);
 		t->per = malloc(sizeof(*t->per) * n);
 		t->fq = malloc(sizeof(*t->fq) * n);
-		if (!t->live || !t->per || !t->fq)
+		t->kheld = calloc(S.cfg.keys ? S.cfg.keys : 1, sizeof(*t->kheld));
+		if (!t->live || !t->per || !t->fq || !t->kheld)
 			return -ENOMEM;
 		for (uint32_t j = 0; j < n; j++)
 			fq_push(t, t->lo + j);
 	}
-	return 0;
+	return keys_setup();
 }
 
 /* ---- the queues' drainers ----------------------------------------------------- */
@@ -1546,12 +1606,18 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 		}
 		if (drains == 1 && !runs) {
 			t->t.drained++;
-			check_overdue(t, idx, s->bound);
+			/* A shared key's timer may have been moved later by another thread. */
+			if (!(s->oflags & O_SHARED))
+				check_overdue(t, idx, s->bound);
 			slot_free(t, idx, E_DRAINED);
 			return;
 		}
 		if (!runs && !drains && sweep_unrun(t, idx))
 			return;
+		if (!runs && !drains && (s->oflags & O_SHARED)) {
+			key_sweep(t, idx);
+			return;
+		}
 		violation(V_LOST, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " %s: runs %" PRIu32
 			  ", drains %" PRIu32 ", no cancel returned 0", idx, s->id,
 			  runs + drains ? "ended twice" : "never ended", runs, drains);
@@ -1609,6 +1675,13 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 			violation(V_AFTER_STOP, "slot %" PRIu32 ": periodic timer %#" PRIx64
 				  " stopped by a cancel but drained too", idx, s->id);
 		break;
+	case E_KEYED:
+	case E_REFUSED:
+		if (runs || drains)
+			violation(V_KEY, "slot %" PRIu32 ": timer %#" PRIx64 " %s, but ran %" PRIu32
+				  " times and was drained %" PRIu32 " times", idx, s->id,
+				  end_name(s->last_end), runs, drains);
+		break;
 	default:
 		break;
 	}
@@ -1653,6 +1726,18 @@ void tally_sum(struct tally *out)
 		out->qpaused += t->qpaused;
 		out->qpaused_due += t->qpaused_due;
 		out->qfences += t->qfences;
+		out->karms += t->karms;
+		out->karms_shared += t->karms_shared;
+		out->kcancelled += t->kcancelled;
+		out->kreplaced += t->kreplaced;
+		out->kreplaced_ran += t->kreplaced_ran;
+		out->kstolen += t->kstolen;
+		out->ksettles += t->ksettles;
+		out->kunmeasured += t->kunmeasured;
+		out->kexact += t->kexact;
+		out->kfired += t->kfired;
+		out->kprobes += t->kprobes;
+		out->kgaps += t->kgaps;
 	}
 }
 

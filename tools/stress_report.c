@@ -238,9 +238,11 @@ void crosscheck(void)
 				  d->destroy_rc, d->unrun);
 	}
 	nxchecks = 0;
+	keys_crosscheck();
 	/* The tool's own books first: they do not depend on the library's. */
 	xc("tool: arms == fired + cancelled + stopped + drained + ended unrun", t.arms,
-	   t.fired + t.cancelled + t.pcancelled + t.pstopped + t.drained + t.qunrun);
+	   t.fired + t.cancelled + t.pcancelled + t.pstopped + t.drained + t.qunrun +
+	   t.kcancelled + t.kreplaced + t.kstolen);
 	xc("tool: one-shot timers that ran == one-shot callbacks", t.fired, oneshot);
 	xc("tool: timers found drained == drained callbacks", t.drained, drained);
 	if (S.cfg.queues)
@@ -252,8 +254,9 @@ void crosscheck(void)
 	}
 	xc("armed == arms that returned 0", f->armed, t.arms);
 	xc("fired == one-shot callbacks", f->fired, oneshot);
-	xc("cancelled == cancels that returned 0 + periodic stopped while running",
-	   f->cancelled, t.cancelled + t.pcancelled + t.pstopped);
+	xc("cancelled == cancels that returned 0 + stopped + ended by key calls",
+	   f->cancelled, t.cancelled + t.pcancelled + t.pstopped + t.kcancelled + t.kreplaced +
+	   t.kstolen);
 	xc("drained == drained callbacks + queue timers ended unrun", f->drained,
 	   drained + t.qunrun);
 	xc("drained == kairos_destroy() return + queue timers ended unrun", f->drained,
@@ -493,6 +496,82 @@ static void print_queues(FILE *f, const struct tally *t)
 		t->qfences);
 }
 
+/* The shared keys' books, added up: what key calls ended, and what can have. */
+static void skeys_sum(uint64_t *remove0, uint64_t *replaced, uint64_t *stolen, uint64_t *eexist,
+		      uint64_t *armed)
+{
+	*remove0 = *replaced = *stolen = *eexist = *armed = 0;
+	for (uint32_t g = 0; g < S.cfg.shared_keys; g++) {
+		*remove0 += atomic_load(&S.skeys[g].remove0);
+		*replaced += atomic_load(&S.skeys[g].replaced);
+		*stolen += atomic_load(&S.skeys[g].stolen);
+		*eexist += atomic_load(&S.skeys[g].eexist);
+		*armed += atomic_load(&S.skeys[g].armed);
+	}
+}
+
+static void kc_sum(struct kcounts *kc)
+{
+	memset(kc, 0, sizeof(*kc));
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		for (unsigned sh = 0; sh < 2; sh++)
+			for (unsigned op = 0; op < K_NOPS; op++)
+				for (unsigned r = 0; r < RC_N; r++)
+					kc->rc[sh][op][r] += S.th[i].kc.rc[sh][op][r];
+}
+
+/* The keys' part of the text report: each key call's answers, and how keyed timers ended. */
+static void print_keys(FILE *f, const struct tally *t)
+{
+	uint64_t rm, rp, st, ee, ar;
+	struct kcounts kc;
+
+	if (!S.cfg.keys && !S.cfg.shared_keys)
+		return;
+	kc_sum(&kc);
+	skeys_sum(&rm, &rp, &st, &ee, &ar);
+	fprintf(f, "\nkeys: %" PRIu32 " own per thread, %" PRIu32 " shared by all threads; %"
+		PRIu64 " keyed timers armed (%" PRIu64 " on shared keys), %" PRIu64 " of them ran\n",
+		S.cfg.keys, S.cfg.shared_keys, t->karms, t->karms_shared, t->kfired);
+	fprintf(f, "  %-20s %10s %10s %10s %10s %10s %8s\n", "call", "calls", "0", "-ENOENT",
+		"-EBUSY", "-EEXIST", "other");
+	for (unsigned sh = 0; sh < 2; sh++) {
+		if (!(sh ? S.cfg.shared_keys : S.cfg.keys))
+			continue;
+		for (unsigned op = 0; op < K_NOPS; op++) {
+			const uint64_t *r = kc.rc[sh][op];
+			char name[32];
+
+			snprintf(name, sizeof(name), "%s %s", sh ? "shared" : "own", key_op_names[op]);
+			fprintf(f, "  %-20s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+				" %10" PRIu64 " %8" PRIu64 "\n", name, r[RC_OK] + r[RC_ENOENT] +
+				r[RC_EBUSY] + r[RC_EEXIST] + r[RC_OTHER], r[RC_OK], r[RC_ENOENT],
+				r[RC_EBUSY], r[RC_EEXIST], r[RC_OTHER]);
+		}
+	}
+	fprintf(f, "  own keys: removed (key_cancel 0) %" PRIu64 ", holders cancelled by a REPLACE"
+		" set %" PRIu64 " (replaced while firing, so they ran: %" PRIu64 "); calls whose"
+		" one answer was known (holder pending, not due): %" PRIu64 "\n", t->kcancelled,
+		t->kreplaced, t->kreplaced_ran, t->kexact);
+	if (S.cfg.shared_keys)
+		fprintf(f, "  shared keys: %" PRIu64 " timers ended by key calls (found by their"
+			" owners), within [key_cancel 0s %" PRIu64 ", + REPLACE sets %" PRIu64
+			"] per key: %s; so REPLACE sets cancelled %" PRIu64 " holders; plain sets"
+			" refused (-EEXIST) %" PRIu64 "; holders found before a set or remove"
+			" checked not pending after it: %" PRIu64 "\n", st, rm, rp,
+			st >= rm && st <= rm + rp ? "ok" : "VIOLATION", st >= rm ? st - rm : 0, ee,
+			t->kprobes);
+	if (t->kgaps)
+		fprintf(f, "  NOTE: %" PRIu64 " of those holders were still pending (a cancel of"
+			" the old id returned 0) while another thread's REPLACE set of the key was in"
+			" flight: the library takes the key before it cancels the holder, not"
+			" atomically as kairos_arm_opts(3) says; not counted as violations\n",
+			t->kgaps);
+	fprintf(f, "  cancel_syncs that settled how a keyed timer ended: %" PRIu64 "; shared-key"
+		" runs not in the lateness (a move may have pushed them later): %" PRIu64 "\n",
+		t->ksettles, t->kunmeasured);
+}
+
 int report_text(FILE *f)
 {
 	const struct stress_config *c = &S.cfg;
@@ -537,15 +616,20 @@ int report_text(FILE *f)
 		c->short_pct);
 	fmt_ns(b1, sizeof(b1), c->period.lo);
 	fmt_ns(b2, sizeof(b2), c->period.hi);
-	fprintf(f, ", %" PRIu32 " periodic %s..%s\n", c->periodics, b1, b2);
+	fprintf(f, ", %" PRIu32 " periodic %s..%s", c->periodics, b1, b2);
+	if (c->keys || c->shared_keys)
+		fprintf(f, "; keys: %" PRIu32 " own per thread, %" PRIu32 " shared", c->keys,
+			c->shared_keys);
+	fprintf(f, "\n");
 
-	fprintf(f, "\noperations %22s %10s %10s %10s %10s %8s %11s\n", "calls", "per s", "0",
-		"-ENOENT", "-EBUSY", "other", "(stale id)");
+	fprintf(f, "\noperations %22s %10s %10s %10s %10s %10s %8s %11s\n", "calls", "per s", "0",
+		"-ENOENT", "-EBUSY", "-EEXIST", "other", "(stale id)");
 	for (unsigned a = 0; a < A_N; a++) {
 		fmt_count(b1, sizeof(b1), (double)totals[a] / el);
 		fprintf(f, "  %-20s %10" PRIu64 " %10s %10" PRIu64 " %10" PRIu64 " %10" PRIu64
-			" %8" PRIu64 " %11" PRIu64 "\n", api_names[a], totals[a], b1, rc[a][RC_OK],
-			rc[a][RC_ENOENT], rc[a][RC_EBUSY], rc[a][RC_OTHER], stale[a]);
+			" %10" PRIu64 " %8" PRIu64 " %11" PRIu64 "\n", api_names[a], totals[a], b1,
+			rc[a][RC_OK], rc[a][RC_ENOENT], rc[a][RC_EBUSY], rc[a][RC_EEXIST],
+			rc[a][RC_OTHER], stale[a]);
 		all += totals[a];
 	}
 	fmt_count(b1, sizeof(b1), (double)all / el);
@@ -557,8 +641,14 @@ int report_text(FILE *f)
 		t.arms, t.arms - t.arms_periodic, t.arms_periodic);
 	fprintf(f, "  fired      %12" PRIu64 "  one-shot timers whose callback ran\n", t.fired);
 	fprintf(f, "  cancelled  %12" PRIu64 "  one-shot %" PRIu64 " + periodic %" PRIu64
-		" (cancel returned 0) + periodic stopped while running %" PRIu64 "\n",
-		t.cancelled + t.pcancelled + t.pstopped, t.cancelled, t.pcancelled, t.pstopped);
+		" (cancel returned 0) + periodic stopped while running %" PRIu64,
+		t.cancelled + t.pcancelled + t.pstopped + t.kcancelled + t.kreplaced + t.kstolen,
+		t.cancelled, t.pcancelled, t.pstopped);
+	if (c->keys || c->shared_keys)
+		fprintf(f, " + own key removed %" PRIu64 " + own key replaced %" PRIu64
+			" + shared key ended by key calls %" PRIu64, t.kcancelled, t.kreplaced,
+			t.kstolen);
+	fprintf(f, "\n");
 	fmt_ns(b1, sizeof(b1), S.destroy_ns);
 	fmt_ns(b2, sizeof(b2), t.overdue_max);
 	fprintf(f, "  drained    %12" PRIu64 "  by kairos_destroy(KAIROS_DRAIN_NOTIFY), which took %s;"
@@ -579,9 +669,11 @@ int report_text(FILE *f)
 		" nothing after a cancel: %s\n", t.checked,
 		ok(!atomic_load(&viols[V_LOST].count) && !atomic_load(&viols[V_TWICE].count) &&
 		   !atomic_load(&viols[V_EARLY].count) && !atomic_load(&viols[V_AFTER_CANCEL].count) &&
-		   !atomic_load(&viols[V_AFTER_STOP].count) && !atomic_load(&viols[V_AFTER_END].count)));
+		   !atomic_load(&viols[V_AFTER_STOP].count) && !atomic_load(&viols[V_AFTER_END].count) &&
+		   !atomic_load(&viols[V_KEY].count)));
 
 	print_queues(f, &t);
+	print_keys(f, &t);
 
 	fprintf(f, "\nlateness: callback start - deadline (the clock read before the arm or last"
 		" reset, plus the delay)\n");
@@ -765,6 +857,8 @@ static void jw_config(struct jw *w)
 	jw_u64(w, "queues", c->queues);
 	jw_u64(w, "queue_share_pct", c->queue_pct);
 	jw_s(w, "queue_destroy", queue_end_names[c->queue_end]);
+	jw_u64(w, "keys", c->keys);
+	jw_u64(w, "shared_keys", c->shared_keys);
 	jw_close(w, '}');
 }
 
@@ -805,6 +899,52 @@ static void jw_queues(struct jw *w, const struct tally *t)
 		jw_close(w, '}');
 	}
 	jw_close(w, ']');
+	jw_close(w, '}');
+}
+
+static void jw_keys(struct jw *w, const struct tally *t)
+{
+	uint64_t rm, rp, st, ee, ar;
+	struct kcounts kc;
+	static const char *const rcn[RC_N] = {
+		[RC_OK] = "ok", [RC_ENOENT] = "enoent", [RC_EBUSY] = "ebusy",
+		[RC_EEXIST] = "eexist", [RC_OTHER] = "other",
+	};
+	static const char *const opn[K_NOPS] = {
+		[K_SET] = "set", [K_REPLACE] = "set_replace", [K_MOVE] = "move",
+		[K_REMOVE] = "remove", [K_FIND] = "find",
+	};
+
+	kc_sum(&kc);
+	skeys_sum(&rm, &rp, &st, &ee, &ar);
+	jw_open(w, "keys", '{');
+	jw_u64(w, "own_per_thread", S.cfg.keys);
+	jw_u64(w, "shared", S.cfg.shared_keys);
+	jw_u64(w, "armed", t->karms);
+	jw_u64(w, "armed_shared", t->karms_shared);
+	jw_u64(w, "fired", t->kfired);
+	for (unsigned sh = 0; sh < 2; sh++) {
+		jw_open(w, sh ? "calls_shared" : "calls_own", '{');
+		for (unsigned op = 0; op < K_NOPS; op++) {
+			jw_open(w, opn[op], '{');
+			for (unsigned r = 0; r < RC_N; r++)
+				jw_u64(w, rcn[r], kc.rc[sh][op][r]);
+			jw_close(w, '}');
+		}
+		jw_close(w, '}');
+	}
+	jw_u64(w, "own_removed", t->kcancelled);
+	jw_u64(w, "own_replaced", t->kreplaced);
+	jw_u64(w, "own_replaced_ran", t->kreplaced_ran);
+	jw_u64(w, "own_exact_calls", t->kexact);
+	jw_u64(w, "shared_ended_by_key_calls", st);
+	jw_u64(w, "shared_key_cancel_ok", rm);
+	jw_u64(w, "shared_replace_sets", rp);
+	jw_u64(w, "shared_eexist", ee);
+	jw_u64(w, "shared_probes", t->kprobes);
+	jw_u64(w, "shared_replace_gaps", t->kgaps);
+	jw_u64(w, "settles", t->ksettles);
+	jw_u64(w, "shared_runs_unmeasured", t->kunmeasured);
 	jw_close(w, '}');
 }
 
@@ -881,6 +1021,7 @@ int report_json(const char *path)
 		jw_u64(&w, "ok", rc[a][RC_OK]);
 		jw_u64(&w, "enoent", rc[a][RC_ENOENT]);
 		jw_u64(&w, "ebusy", rc[a][RC_EBUSY]);
+		jw_u64(&w, "eexist", rc[a][RC_EEXIST]);
 		jw_u64(&w, "other", rc[a][RC_OTHER]);
 		jw_u64(&w, "stale_ids", stale[a]);
 		jw_close(&w, '}');
@@ -899,6 +1040,7 @@ int report_json(const char *path)
 	jw_u64(&w, "cancelled_oneshot", t.cancelled);
 	jw_u64(&w, "cancelled_periodic", t.pcancelled);
 	jw_u64(&w, "stopped_while_running", t.pstopped);
+	jw_u64(&w, "cancelled_by_key_calls", t.kcancelled + t.kreplaced + t.kstolen);
 	jw_u64(&w, "drained", t.drained);
 	jw_u64(&w, "drained_overdue", t.overdue);
 	jw_u64(&w, "drained_overdue_max_ns", t.overdue_max);
@@ -920,6 +1062,7 @@ int report_json(const char *path)
 	jw_close(&w, '}');
 
 	jw_queues(&w, &t);
+	jw_keys(&w, &t);
 
 	jw_open(&w, "lateness_ns", '{');
 	jw_late(&w, "all", la);
