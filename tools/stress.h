@@ -316,7 +316,6 @@ struct tally {
 	uint64_t kexact;	/* own keys: key calls whose one right answer was known */
 	uint64_t kfired;	/* keyed timers that ended by running (in fired too) */
 	uint64_t kprobes;	/* shared keys: old holders checked not pending after a call */
-	uint64_t kgaps;		/* of those, pending while another thread's REPLACE was in flight */
 };
 
 /* The key calls, counted per kind and per key scope in the report. */
@@ -349,8 +348,6 @@ struct skey {
 	_Atomic uint64_t stolen;	/* its timers found ended by a key call */
 	_Atomic uint64_t eexist;	/* plain arms refused */
 	_Atomic uint64_t armed;		/* arms that returned 0 */
-	_Atomic uint64_t rp_begun;	/* REPLACE sets called */
-	_Atomic uint64_t rp_ended;	/* REPLACE sets returned */
 };
 
 /* One load thread. */

@@ -442,13 +442,9 @@ static void own_replaced(struct lthread *t, uint32_t g, const struct holder *h, 
 	end_fired(t, h->idx);
 }
 
-/*
- * A probe of a call on a shared key: the holder found before it, and the
- * REPLACE sets of the key begun and ended before that lookup.
- */
+/* A probe of a call on a shared key: the holder found before it. */
 struct probe {
 	kairos_id id;		/* 0: none found */
-	uint64_t begun, ended;
 };
 
 /*
@@ -464,9 +460,6 @@ static void probe_find(struct lthread *t, uint32_t g, const unsigned char *kb, s
 	kairos_id id = 0;
 	int rc;
 
-	/* Ended first: begun - ended counts every REPLACE in flight at the lookup. */
-	p->ended = atomic_load_explicit(&S.skeys[g].rp_ended, memory_order_seq_cst);
-	p->begun = atomic_load_explicit(&S.skeys[g].rp_begun, memory_order_seq_cst);
 	rc = kairos_key_find(S.k, kb, len, &id);
 
 	count(t, A_KEY_FIND, rc);
@@ -478,22 +471,17 @@ static void probe_find(struct lthread *t, uint32_t g, const unsigned char *kb, s
 }
 
 /*
- * After @call on shared key @g (@own: a REPLACE set of this thread's) said
+ * After @call on shared key @g said
  * that the key was taken over or free: the holder seen by probe @p before
  * it must not be pending.  A kairos_cancel() that returns 0 says it was:
  * the key left a live timer (and the cancel ends it, so its owner counts
- * it as ended by a key call).
- *
- * Unless another REPLACE set of the key was in flight meanwhile: the
- * library's takes the key (cds_lfht_replace) before it cancels the holder,
- * so for a moment the holder is pending without its key, although
- * kairos_arm_opts(3) says the two happen atomically.  Counted, not a
- * violation (see the report's keys section).
+ * it as ended by a key call).  Another thread's REPLACE set in flight
+ * changes nothing: it cancels the holder before anyone can see the key
+ * taken over (kairos_arm_opts(3)).
  */
-static void probe_check(struct lthread *t, uint32_t g, const struct probe *p, bool own,
-			const char *call, int rc)
+static void probe_check(struct lthread *t, uint32_t g, const struct probe *p, const char *call,
+			int rc)
 {
-	uint64_t begun;
 	int crc;
 
 	if (!p->id)
@@ -501,10 +489,7 @@ static void probe_check(struct lthread *t, uint32_t g, const struct probe *p, bo
 	crc = kairos_cancel(S.k, p->id);
 	count(t, A_CANCEL, crc);
 	t->t.kprobes++;
-	begun = atomic_load_explicit(&S.skeys[g].rp_begun, memory_order_seq_cst);
-	if (crc == 0 && (p->begun != p->ended || begun != p->begun + own))
-		t->t.kgaps++;
-	else if (crc == 0)
+	if (crc == 0)
 		violation(V_KEY, "shared key %" PRIu32 ": timer %#" PRIx64 " held it before %s"
 			  " returned %d, and was still pending after it (a cancel returned 0)", g,
 			  p->id, call, rc);
@@ -550,13 +535,9 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 	} else {
 		holder_get(t, g, &h);
 	}
-	if (shared && replace)
-		atomic_fetch_add_explicit(&S.skeys[g].rp_begun, 1, memory_order_seq_cst);
 	before = service_now();
 	rc = kairos_arm_opts(S.k, delay, &o, on_timer, slot_arg(idx, epoch), &s->id);
 	after = service_now();
-	if (shared && replace)
-		atomic_fetch_add_explicit(&S.skeys[g].rp_ended, 1, memory_order_seq_cst);
 	count(t, A_ARM_OPTS, rc);
 	kcount(t, shared, replace ? K_REPLACE : K_SET, rc);
 	if (rc == -EEXIST && !replace) {
@@ -590,7 +571,7 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 		atomic_fetch_add_explicit(&S.skeys[g].armed, 1, memory_order_relaxed);
 		if (replace)
 			atomic_fetch_add_explicit(&S.skeys[g].replaced, 1, memory_order_relaxed);
-		probe_check(t, g, &was, replace, replace ? "a REPLACE set" : "a set", rc);
+		probe_check(t, g, &was, replace ? "a REPLACE set" : "a set", rc);
 		return;
 	}
 	*held_ref(t, g) = idx + 1;
@@ -654,7 +635,7 @@ static void shared_call(struct lthread *t, uint32_t g, const unsigned char *kb, 
 			violation(V_KEY, "shared key %" PRIu32 ": kairos_key_cancel returned %d (%s)",
 				  g, rc, strerror(-rc));
 		/* Whatever it says, a holder seen before has ended or runs. */
-		probe_check(t, g, &was, false, "kairos_key_cancel", rc);
+		probe_check(t, g, &was, "kairos_key_cancel", rc);
 		break;
 	}
 	kcount(t, true, op, rc);

@@ -1737,7 +1737,6 @@ void tally_sum(struct tally *out)
 		out->kexact += t->kexact;
 		out->kfired += t->kfired;
 		out->kprobes += t->kprobes;
-		out->kgaps += t->kgaps;
 	}
 }
 

@@ -561,12 +561,6 @@ static void print_keys(FILE *f, const struct tally *t)
 			" checked not pending after it: %" PRIu64 "\n", st, rm, rp,
 			st >= rm && st <= rm + rp ? "ok" : "VIOLATION", st >= rm ? st - rm : 0, ee,
 			t->kprobes);
-	if (t->kgaps)
-		fprintf(f, "  NOTE: %" PRIu64 " of those holders were still pending (a cancel of"
-			" the old id returned 0) while another thread's REPLACE set of the key was in"
-			" flight: the library takes the key before it cancels the holder, not"
-			" atomically as kairos_arm_opts(3) says; not counted as violations\n",
-			t->kgaps);
 	fprintf(f, "  cancel_syncs that settled how a keyed timer ended: %" PRIu64 "; shared-key"
 		" runs not in the lateness (a move may have pushed them later): %" PRIu64 "\n",
 		t->ksettles, t->kunmeasured);
@@ -942,7 +936,6 @@ static void jw_keys(struct jw *w, const struct tally *t)
 	jw_u64(w, "shared_replace_sets", rp);
 	jw_u64(w, "shared_eexist", ee);
 	jw_u64(w, "shared_probes", t->kprobes);
-	jw_u64(w, "shared_replace_gaps", t->kgaps);
 	jw_u64(w, "settles", t->ksettles);
 	jw_u64(w, "shared_runs_unmeasured", t->kunmeasured);
 	jw_close(w, '}');
