@@ -153,7 +153,8 @@ static int config_fix(struct kairos_config *cfg)
 	 */
 	if (cfg->tick_ns < 1000 || cfg->tick_ns > 1000000000)
 		return -EINVAL;
-	if (cfg->clock != CLOCK_MONOTONIC && cfg->clock != CLOCK_BOOTTIME)
+	if (cfg->clock != CLOCK_MONOTONIC && cfg->clock != CLOCK_BOOTTIME &&
+	    cfg->clock != KAIROS_CLOCK_MANUAL)
 		return -EINVAL;
 	if (cfg->delivery != KAIROS_DELIVER_WORKERS && cfg->delivery != KAIROS_DELIVER_INLINE)
 		return -EINVAL;
@@ -613,7 +614,7 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		/* A queue's timer may leave the callback out (kairos_queue_take()). */
 		rc = -EINVAL;
 	} else if (when == WHEN_AFTER &&
-		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
+		   clock_add_overflows(service_now(k), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
 		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, kn, replace,
@@ -907,7 +908,7 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
 		rc = reset(k, id, deadline_ns);
@@ -960,7 +961,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 		goto out;
 	}
 	/* One clock read for the whole batch. */
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns)) {
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns)) {
 		rc = -EOVERFLOW;
 		goto out;
 	}
@@ -1047,7 +1048,7 @@ KAIROS_EXPORT int kairos_key_reset(struct kairos *k, const void *key, size_t len
 	rc = enter_key(k, key, len);
 	if (rc)
 		return rc;
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
 		rc = key_apply(k, key, len, KEY_RESET, deadline_ns);
@@ -1075,7 +1076,7 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 		return -ESHUTDOWN;
 	if (!now_ns)
 		return -EINVAL;
-	*now_ns = clock_now_ns(k->cfg.clock);
+	*now_ns = service_now(k);
 	return 0;
 }
 

@@ -124,7 +124,7 @@ void worker_rearm(struct shard *s, struct rec *r)
 uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
 		      bool coalesce, int *status)
 {
-	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
+	uint64_t now = service_now(k), deadline_ns;
 
 	/* A one-shot ends here: its key is free before its callback runs. */
 	if (!periodic)
@@ -215,6 +215,12 @@ static void *worker_main(void *arg)
 			worker_deliver(s->k, s, r, &w);
 		}
 		worker_tally_flush(s, &w);
+		/* The run is over, its callbacks returned: an advance may look (clock.c). */
+		if (service_manual(s->k)) {
+			clock_quiet_mark(s->k);
+			atomic_fetch_add_explicit(&s->dq.runs_done, 1, memory_order_seq_cst);
+			service_event(s->k);
+		}
 	}
 	return NULL;
 }
