@@ -165,7 +165,7 @@ struct rec_ext {
 	uint64_t next_ns;	/* the deadline (ns) of the coming run; saturates */
 	uint64_t fire_ns;	/* the deadline of the run being delivered */
 	int fire_status;	/* the expirations it covers */
-	uint32_t policy;	/* periodic: KAIROS_PERIOD_* (0: fixed rate) */
+	uint32_t policy;	/* periodic: KAIROS_PERIOD_* (0: fixed rate), set at arm */
 	uint64_t jitter_ns;	/* every deadline gets up to this much later */
 	/*
 	 * The key this timer holds, until whoever ends it (or takes its key
@@ -732,6 +732,7 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
 void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count);
 void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns);
+void period_restart(struct rec_ext *p, uint64_t end_ns);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);

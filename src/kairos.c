@@ -483,7 +483,7 @@ static void arm_count(struct kairos *k, struct tstate *t, int n)
  * fails.
  */
 static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
-	       uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out,
+	       unsigned policy, uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg, kairos_id *out,
 	       struct key_node *kn, bool replace, unsigned *behind)
 {
 	struct rec_ext *e = NULL;
@@ -537,6 +537,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		if (period_ns) {
 			e->period_ns = period_ns;
 			e->next_ns = deadline_ns;
+			e->policy = policy;
 		}
 		atomic_store_explicit(&e->key, kn, memory_order_relaxed);
 	}
@@ -592,7 +593,7 @@ enum when { WHEN_AT, WHEN_AFTER };
  * of the read-side section, waits for a shard that is far behind.
  */
 static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
-		     uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg,
+		     unsigned policy, uint64_t slack_ns, struct kairos_queue *q, kairos_fn fn, void *arg,
 		     kairos_id *out, struct key_node *kn, bool replace)
 {
 	uint64_t deadline = t_ns;
@@ -617,7 +618,7 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		   clock_add_overflows(service_now(k), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
-		rc = arm(k, t, deadline, period_ns, slack_ns, q, fn, arg, out, kn, replace,
+		rc = arm(k, t, deadline, period_ns, policy, slack_ns, q, fn, arg, out, kn, replace,
 			 &behind);
 	}
 	service_leave();
@@ -633,13 +634,13 @@ out_free:
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
@@ -647,17 +648,18 @@ KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_
 {
 	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, 0, NULL, fn, arg, out, NULL, false);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, slack_ns, NULL, fn, arg, out, NULL, false);
 }
 
 /* The flags kairos_arm_opts() knows; every other bit is -EINVAL. */
-#define OPTS_FLAGS	(KAIROS_ABSTIME | KAIROS_KEY_REPLACE)
+#define OPTS_POLICY	(KAIROS_PERIOD_FIXED_DELAY | KAIROS_PERIOD_SKIP)
+#define OPTS_FLAGS	(KAIROS_ABSTIME | KAIROS_KEY_REPLACE | OPTS_POLICY)
 
 KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 				  const struct kairos_timer_opts *o, kairos_fn fn, void *arg,
@@ -681,6 +683,9 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 	if (o->key ? key_check(o->key, o->key_len) != 0
 		   : o->key_len || (o->flags & KAIROS_KEY_REPLACE))
 		return -EINVAL;
+	/* One policy at most, and only for a periodic timer. */
+	if ((o->flags & OPTS_POLICY) == OPTS_POLICY || ((o->flags & OPTS_POLICY) && !o->period_ns))
+		return -EINVAL;
 	if (o->jitter_ns)
 		return -EOPNOTSUPP;
 	/* The key's node is made outside the read-side section: it allocates. */
@@ -688,7 +693,7 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 		return rc;
 	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
 	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns,
-			 o->period_ns, o->slack_ns, o->queue, fn, arg, out, kn,
+			 o->period_ns, (unsigned)(o->flags & OPTS_POLICY), o->slack_ns, o->queue, fn, arg, out, kn,
 			 o->flags & KAIROS_KEY_REPLACE);
 }
 

@@ -299,9 +299,15 @@ static void period_step(struct shard *s, struct rec *r)
 
 /*
  * The run at @from_ns, seen at @now_ns: it covers every period begun by
- * then, and the next run is the first deadline after those.  A queue's
- * drainer calls it again for a periodic expiry that waited there, so that
- * the periods missed while it waited join the same call.
+ * then, and the next run is the first deadline after those, on the grid of
+ * @from_ns + n periods.  A queue's drainer calls it again for a periodic
+ * expiry that waited there, so that the periods missed while it waited join
+ * the same call.  By policy:
+ *  - fixed rate: the call's status counts the periods it covers;
+ *  - skip: the same next deadline (the first grid point after @now_ns),
+ *    but status 1: the missed periods are dropped;
+ *  - fixed delay: status 1, and the next deadline set here is replaced
+ *    when the callback ends (period_restart()).
  */
 void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 {
@@ -311,9 +317,21 @@ void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 	if (covered > INT32_MAX)
 		covered = INT32_MAX;
 	p->fire_ns = from_ns;
-	p->fire_status = (int)covered;
+	p->fire_status = p->policy == KAIROS_PERIOD_FIXED_RATE ? (int)covered : 1;
 	if (__builtin_mul_overflow(covered, p->period_ns, &step) ||
 	    __builtin_add_overflow(from_ns, step, &p->next_ns))
+		p->next_ns = UINT64_MAX;
+}
+
+/*
+ * A fixed-delay timer's callback ended at @end_ns (or its expiry was taken
+ * from its queue, or posted to its ring): the next run is a period later,
+ * saturating.  Called by whoever ends the run, before the record is PENDING
+ * again (worker_rearm()).
+ */
+void period_restart(struct rec_ext *p, uint64_t end_ns)
+{
+	if (__builtin_add_overflow(end_ns, p->period_ns, &p->next_ns))
 		p->next_ns = UINT64_MAX;
 }
 

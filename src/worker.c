@@ -98,8 +98,12 @@ void worker_tally_flush(struct shard *s, struct wtally *w)
 void worker_rearm(struct shard *s, struct rec *r)
 {
 	struct rec_ext *p = table_ext(s, table_index(s, r));
-	uint64_t tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
-	uint64_t old;
+	uint64_t tick, old;
+
+	/* Only this thread writes a RUNNING record's ext entry. */
+	if (p->policy == KAIROS_PERIOD_FIXED_DELAY)
+		period_restart(p, service_now(s->k));
+	tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
 
 	if (!timer_rearm(r, tick, &old)) {
 		/* Cancelled while running: it ends here, counted as cancelled. */

@@ -179,6 +179,7 @@ END_TEST
 
 START_TEST(test_manual_errors)
 {
+	struct kairos_timer_opts o = { 0 };
 	struct kairos *k = m_create(0, 0), *sys = t_create(NULL);
 	kairos_id id;
 
@@ -200,6 +201,14 @@ START_TEST(test_manual_errors)
 	ck_assert_int_eq(kairos_arm(k, 1, t_cb_never, NULL, &id), -EOVERFLOW);
 	ck_assert_int_eq(kairos_reset(k, 1, 1), -EOVERFLOW);
 
+	/* A policy is for a periodic timer, and one at a time. */
+	o.flags = KAIROS_PERIOD_FIXED_DELAY;
+	ck_assert_int_eq(kairos_arm_opts(sys, T_MS, &o, t_cb_never, NULL, &id), -EINVAL);
+	o.flags = KAIROS_PERIOD_SKIP;
+	ck_assert_int_eq(kairos_arm_opts(sys, T_MS, &o, t_cb_never, NULL, &id), -EINVAL);
+	o.period_ns = T_MS;
+	o.flags = KAIROS_PERIOD_FIXED_DELAY | KAIROS_PERIOD_SKIP;
+	ck_assert_int_eq(kairos_arm_opts(sys, T_MS, &o, t_cb_never, NULL, &id), -EINVAL);
 	m_identity(sys, 0, 0, 0, 0);
 
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
@@ -532,6 +541,134 @@ START_TEST(test_manual_slack)
 }
 END_TEST
 
+/* ---- periodic policies --------------------------------------------------- */
+
+static kairos_id m_arm_every(struct kairos *k, struct m_timer *m, uint64_t period, int policy)
+{
+	struct kairos_timer_opts o = { .period_ns = period, .flags = policy };
+
+	return m_arm_opts(k, m, period, &o);
+}
+
+/* Fixed rate: next = previous deadline + period; missed periods coalesce. */
+START_TEST(test_manual_fixed_rate_coalesces)
+{
+	struct kairos *k = m_create(_i, 0);
+	struct m_timer p;
+
+	m_init(&p, k);
+	m_arm_every(k, &p, 10 * T_MS, KAIROS_PERIOD_FIXED_RATE);
+	m_advance(k, 10 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 0);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 1);
+	ck_assert_uint_eq(m_at(&p, 0), 10 * T_MS);
+	ck_assert_int_eq(m_st(&p, 0), 1);
+	/* To 45 ms: the deadlines 20, 30 and 40 ms in one call. */
+	m_advance(k, 35 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 2);
+	ck_assert_int_eq(m_st(&p, 1), 3);
+	ck_assert_uint_eq(m_at(&p, 1), 45 * T_MS);
+	/* Still on the grid: 50 ms. */
+	m_advance_to(k, 50 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 2);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 3);
+	ck_assert_int_eq(m_st(&p, 2), 1);
+	ck_assert_int_eq(t_int(&p.covered), 5);
+	ck_assert_int_eq(kairos_cancel(k, p.id), 0);
+	m_advance(k, T_SEC);
+	ck_assert_int_eq(m_calls(&p), 3);
+	ck_assert_int_eq(t_int(&p.bad), 0);
+	m_identity(k, 1, 0, 1, 3);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * Fixed delay: next = end of the callback + period.  The callback "takes"
+ * 3 ms (it advances the clock itself), so the runs are at 10, 23, 36 ms;
+ * a late run covers one expiration and the next is a period after it.
+ */
+START_TEST(test_manual_fixed_delay)
+{
+	struct kairos *k = m_create(_i, 0);
+	struct m_timer p;
+
+	m_init(&p, k);
+	p.advance_in = 3 * T_MS;
+	p.advance_calls = 2;
+	m_arm_every(k, &p, 10 * T_MS, KAIROS_PERIOD_FIXED_DELAY);
+	m_advance(k, 10 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 1);
+	ck_assert_int_eq(t_int(&p.advance_rc), 0);
+	ck_assert_uint_eq(m_at(&p, 0), 10 * T_MS);
+	ck_assert_uint_eq(t_now(k), 13 * T_MS);
+	m_advance_to(k, 23 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 1);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 2);
+	ck_assert_uint_eq(m_at(&p, 1), 23 * T_MS);
+	ck_assert_uint_eq(t_now(k), 26 * T_MS);
+	m_advance_to(k, 36 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 2);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 3);
+	ck_assert_uint_eq(m_at(&p, 2), 36 * T_MS);
+	/* 50 ms late: one call, status 1, and the next a period after it. */
+	m_advance(k, 60 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 4);
+	ck_assert_int_eq(m_st(&p, 3), 1);
+	ck_assert_uint_eq(m_at(&p, 3), 96 * T_MS);
+	m_advance(k, 10 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 4);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 5);
+	ck_assert_int_eq(t_int(&p.covered), 5);
+	ck_assert_int_eq(t_int(&p.bad), 0);
+	ck_assert_int_eq(kairos_cancel(k, p.id), 0);
+	m_identity(k, 1, 0, 1, 5);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* Skip: missed periods are dropped (status 1); the grid stays. */
+START_TEST(test_manual_skip)
+{
+	struct kairos *k = m_create(_i, 0);
+	struct m_timer p;
+
+	m_init(&p, k);
+	m_arm_every(k, &p, 10 * T_MS, KAIROS_PERIOD_SKIP);
+	m_advance(k, 10 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 1);
+	ck_assert_int_eq(m_st(&p, 0), 1);
+	/* To 45 ms: 20, 30 and 40 ms missed, one call with status 1. */
+	m_advance(k, 35 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 2);
+	ck_assert_int_eq(m_st(&p, 1), 1);
+	ck_assert_uint_eq(m_at(&p, 1), 45 * T_MS);
+	/* The next is the grid's 50 ms, not 55. */
+	m_advance_to(k, 50 * T_MS - 1);
+	ck_assert_int_eq(m_calls(&p), 2);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_calls(&p), 3);
+	ck_assert_uint_eq(m_at(&p, 2), 50 * T_MS);
+	m_advance(k, 10 * T_MS + T_MS / 2);
+	ck_assert_int_eq(m_calls(&p), 4);
+	ck_assert_uint_eq(m_at(&p, 3), 60 * T_MS + T_MS / 2);
+	m_advance_to(k, 70 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 5);
+	ck_assert_int_eq(t_int(&p.covered), 5);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(m_st(&p, i), 1);
+	ck_assert_int_eq(t_int(&p.bad), 0);
+	ck_assert_int_eq(kairos_cancel(k, p.id), 0);
+	m_identity(k, 1, 0, 1, 5);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* ---- queues and keys --------------------------------------------------- */
 
 static bool m_readable(struct kairos_queue *q)
@@ -553,49 +690,66 @@ START_TEST(test_manual_queue)
 	struct kairos_expiry e[8];
 	struct kairos_queue *q;
 	struct m_timer run;
-	kairos_id one, rate;
+	kairos_id one, rate, delay;
 
 	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
 	o.queue = q;
 	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_MS, &o, NULL, NULL, &one), 0);
 	o.period_ns = 10 * T_MS;
 	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_MS, &o, NULL, NULL, &rate), 0);
+	o.flags = KAIROS_PERIOD_FIXED_DELAY;
+	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_MS, &o, NULL, NULL, &delay), 0);
 
 	m_advance(k, 10 * T_MS - 1);
 	ck_assert(!m_readable(q));
 	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 0);
 	m_advance(k, 1);
 	ck_assert(m_readable(q));
-	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 2);
-	for (int i = 0; i < 2; i++) {
+	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 3);
+	for (int i = 0; i < 3; i++) {
 		ck_assert_uint_eq(e[i].deadline_ns, 10 * T_MS);
 		ck_assert_int_eq(e[i].status, 1);
 	}
 	ck_assert(!m_readable(q));
 
-	/* At 45 ms: the periodic entry covers 20, 30, 40. */
+	/* At 45 ms: the fixed-rate entry covers 20, 30, 40; fixed delay: 20 (taken at 10). */
 	m_advance(k, 35 * T_MS);
+	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 2);
+	for (int i = 0; i < 2; i++) {
+		if (e[i].id == rate) {
+			ck_assert_uint_eq(e[i].deadline_ns, 20 * T_MS);
+			ck_assert_int_eq(e[i].status, 3);
+		} else {
+			ck_assert_uint_eq(e[i].id, delay);
+			ck_assert_uint_eq(e[i].deadline_ns, 20 * T_MS);
+			ck_assert_int_eq(e[i].status, 1);
+		}
+	}
+	/* Taken at 45 ms: the fixed delay's next is 55 ms, the rate's 50 ms. */
+	m_advance_to(k, 50 * T_MS);
 	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 1);
 	ck_assert_uint_eq(e[0].id, rate);
-	ck_assert_uint_eq(e[0].deadline_ns, 20 * T_MS);
-	ck_assert_int_eq(e[0].status, 3);
-	m_advance_to(k, 50 * T_MS - 1);
+	m_advance_to(k, 55 * T_MS - 1);
 	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 0);
 	m_advance(k, 1);
 	ck_assert_int_eq(kairos_queue_take(q, e, 8, 0), 1);
-	ck_assert_uint_eq(e[0].id, rate);
+	ck_assert_uint_eq(e[0].id, delay);
+	ck_assert_uint_eq(e[0].deadline_ns, 55 * T_MS);
+
 	ck_assert_int_eq(kairos_cancel(k, rate), 0);
+	ck_assert_int_eq(kairos_cancel(k, delay), 0);
 
 	/* kairos_queue_run() runs a callback here. */
 	m_init(&run, k);
 	o.period_ns = 0;
-	m_arm_opts(k, &run, 10 * T_MS, &o);
-	m_advance(k, 10 * T_MS);
+	o.flags = 0;
+	m_arm_opts(k, &run, 5 * T_MS, &o);
+	m_advance(k, 5 * T_MS);
 	ck_assert_int_eq(m_calls(&run), 0);
 	ck_assert_int_eq(kairos_queue_run(q, 8), 1);
 	ck_assert_int_eq(m_calls(&run), 1);
 	ck_assert_uint_eq(m_at(&run, 0), 60 * T_MS);
-	m_identity(k, 3, 2, 1, 3);
+	m_identity(k, 4, 2, 2, 6);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 	ck_assert_int_eq(kairos_queue_destroy(q), 0);
 }
@@ -768,6 +922,9 @@ int main(void)
 	tcase_add_loop_test(tc, test_manual_callback_arms_and_advances, 0, 2);
 	tcase_add_loop_test(tc, test_manual_cancel_and_reset, 0, 2);
 	tcase_add_loop_test(tc, test_manual_slack, 0, 2);
+	tcase_add_loop_test(tc, test_manual_fixed_rate_coalesces, 0, 2);
+	tcase_add_loop_test(tc, test_manual_fixed_delay, 0, 2);
+	tcase_add_loop_test(tc, test_manual_skip, 0, 2);
 	tcase_add_loop_test(tc, test_manual_queue, 0, 4);
 	tcase_add_loop_test(tc, test_manual_keys, 0, 2);
 	tcase_add_loop_test(tc, test_manual_concurrent_advances, 0, 2);
