@@ -101,6 +101,7 @@ static int clock_settle(struct kairos *k)
 		now = atomic_load_explicit(&k->manual_now, memory_order_seq_cst);
 		for (unsigned i = 0; i < k->nshards && settled; i++)
 			settled = shard_settled(k->shards[i], now);
+		rcu_tsan_section_end(k);
 		service_leave();
 		if (!settled)
 			futex_wait32(&k->ev_seq, seq);
@@ -137,11 +138,12 @@ KAIROS_EXPORT int kairos_clock_advance(struct kairos *k, uint64_t ns)
 	} while (!atomic_compare_exchange_weak_explicit(&k->manual_now, &now, to,
 							memory_order_seq_cst,
 							memory_order_relaxed));
-	/* An advance that waits (an enclosing one, from a callback) looks again. */
-	service_event(k);
 	for (unsigned i = 0; i < k->nshards; i++)
 		shard_wake(k->shards[i]);
+	/* An advance that waits (an enclosing one, from a callback) looks again. */
+	service_event(k);
 out:
+	rcu_tsan_section_end(k);
 	service_leave();
 	/*
 	 * From a callback of @k the wait could be for this very callback (its

@@ -378,6 +378,7 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	service_event(k);
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
+	rcu_tsan_grace_done(k);
 	/* No call can use a thread's state now: fold the counts, drop the records. */
 	ts_detach_all(k);
 	drained = teardown(k, how);
