@@ -11,6 +11,7 @@
  * KAIROS_BACKEND=epoll; some tests also force epoll through cfg.backend.
  */
 #include <fcntl.h>
+#include <liburing.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -755,6 +756,70 @@ START_TEST(test_manual_queue)
 }
 END_TEST
 
+/* The CQEs waiting in @ring, without waiting: user_data into @data, res into @res. */
+static int m_reap(struct io_uring *ring, uint64_t *data, int *res, int max)
+{
+	struct io_uring_cqe *cqe;
+	int n = 0;
+
+	while (n < max && io_uring_peek_cqe(ring, &cqe) == 0) {
+		data[n] = cqe->user_data;
+		res[n++] = cqe->res;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return n;
+}
+
+/*
+ * A ring queue on the manual clock: the CQEs are in the user's ring as the
+ * advance returns.  Passes without checking where io_uring or MSG_RING is
+ * refused, or on epoll (the ring program tests that).
+ */
+START_TEST(test_manual_ring_queue)
+{
+	struct kairos *k = m_create(0, 0);
+	struct kairos_timer_opts o = { 0 };
+	struct kairos_queue *q;
+	struct io_uring ring;
+	uint64_t data[4];
+	int res[4], rc;
+	kairos_id id;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	if (io_uring_queue_init(8, &ring, 0) != 0) {
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		ck_assert_int_eq(kairos_queue_destroy(q), 0);
+		return;
+	}
+	rc = kairos_queue_ring(q, ring.ring_fd);
+	if (rc == -EOPNOTSUPP)
+		goto out;
+	ck_assert_int_eq(rc, 0);
+	o.queue = q;
+	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_MS, &o, NULL, (void *)0x1000, &id), 0);
+	o.period_ns = 10 * T_MS;
+	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_MS, &o, NULL, (void *)0x2000, &id), 0);
+	m_advance(k, 10 * T_MS - 1);
+	ck_assert_int_eq(m_reap(&ring, data, res, 4), 0);
+	m_advance(k, 1);
+	ck_assert_int_eq(m_reap(&ring, data, res, 4), 2);
+	ck_assert_uint_eq(data[0] + data[1], 0x3000);
+	ck_assert_int_eq(res[0], 1);
+	ck_assert_int_eq(res[1], 1);
+	/* To 45 ms: one CQE for 20, 30 and 40 ms. */
+	m_advance(k, 35 * T_MS);
+	ck_assert_int_eq(m_reap(&ring, data, res, 4), 1);
+	ck_assert_uint_eq(data[0], 0x2000);
+	ck_assert_int_eq(res[0], 3);
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	m_identity(k, 2, 1, 1, 2);
+out:
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	io_uring_queue_exit(&ring);
+}
+END_TEST
+
 START_TEST(test_manual_keys)
 {
 	struct kairos *k = m_create(_i, 0);
@@ -926,6 +991,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_manual_fixed_delay, 0, 2);
 	tcase_add_loop_test(tc, test_manual_skip, 0, 2);
 	tcase_add_loop_test(tc, test_manual_queue, 0, 4);
+	tcase_add_test(tc, test_manual_ring_queue);
 	tcase_add_loop_test(tc, test_manual_keys, 0, 2);
 	tcase_add_loop_test(tc, test_manual_concurrent_advances, 0, 2);
 	tcase_add_test(tc, test_manual_destroy_during_advance);
