@@ -42,7 +42,8 @@ static int epoll_init(struct shard *s)
 	int rc, epfd;
 
 	s->epfd = -1;
-	rc = nonblock(s->tfd);
+	/* A manual-clock shard has no timerfd (tfd -1); poll() skips a -1 too. */
+	rc = s->tfd >= 0 ? nonblock(s->tfd) : 0;
 	if (!rc)
 		rc = nonblock(s->efd);
 	if (rc)
@@ -52,7 +53,7 @@ static int epoll_init(struct shard *s)
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0)
 		return -errno;
-	rc = add(epfd, s->tfd, BK_TIMER);
+	rc = s->tfd >= 0 ? add(epfd, s->tfd, BK_TIMER) : 0;
 	if (!rc)
 		rc = add(epfd, s->efd, BK_WAKE);
 	if (rc) {

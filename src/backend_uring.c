@@ -127,7 +127,8 @@ static int uring_wait(struct shard *s)
 	struct uring_state *u = s->backend;
 	int rc, ev;
 
-	if (!u->tread) {
+	/* A manual-clock shard has no timerfd to read. */
+	if (!u->tread && s->tfd >= 0) {
 		rc = queue_read(u, s->tfd, &u->tbuf, UD_TIMER);
 		if (rc)
 			return rc;

@@ -36,6 +36,7 @@
 
 #include <kairos/kairos.h>
 
+#include "clock.h"
 #include "wheel.h"
 
 #define KAIROS_HIDDEN	__attribute__((visibility("hidden")))
@@ -165,7 +166,7 @@ struct rec_ext {
 	uint64_t next_ns;	/* the deadline (ns) of the coming run; saturates */
 	uint64_t fire_ns;	/* the deadline of the run being delivered */
 	int fire_status;	/* the expirations it covers */
-	uint32_t policy;	/* periodic: KAIROS_PERIOD_* (0: fixed rate) */
+	uint32_t policy;	/* periodic: KAIROS_PERIOD_* (0: fixed rate), set at arm */
 	uint64_t jitter_ns;	/* every deadline gets up to this much later */
 	/*
 	 * The key this timer holds, until whoever ends it (or takes its key
@@ -264,6 +265,14 @@ struct dqueue {
 	struct rec *head, *tail;	/* the first records of the runs */
 	size_t len;			/* runs */
 	_Atomic bool stop;		/* written under the lock, read without */
+	/*
+	 * A manual-clock service only (clock.c): runs handed to the workers
+	 * (added by the shard before the push) and runs they finished (added
+	 * after the last callback of the run returned).  Equal: no callback
+	 * of this shard is queued or running.
+	 */
+	_Atomic uint64_t runs_pushed;
+	_Atomic uint64_t runs_done;
 };
 
 /*
@@ -443,6 +452,12 @@ struct shard {
 	 */
 	_Atomic uint64_t sleep_tick __attribute__((aligned(CACHELINE)));
 	_Atomic int wake_pending;
+	/*
+	 * A manual-clock service only: the time the last pass expired at,
+	 * published before the shard sleeps; kairos_clock_advance() reads it
+	 * (clock.c).
+	 */
+	_Atomic uint64_t manual_seen;
 
 	/*
 	 * Free records in bundles of up to BUNDLE_RECS: a Treiber stack of
@@ -461,6 +476,7 @@ struct shard {
 	/* Owner-only from here. */
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
+	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */
 	int tfd, efd, epfd;
 	const struct backend_ops *ops;
@@ -552,6 +568,13 @@ struct kairos {
 	_Atomic uint32_t ev_waiters;
 
 	/*
+	 * The time of a KAIROS_CLOCK_MANUAL service, in ns: only
+	 * kairos_clock_advance() moves it (clock.c).  Its own line: arms read
+	 * it, and an advance writes it.
+	 */
+	_Atomic uint64_t manual_now __attribute__((aligned(CACHELINE)));
+
+	/*
 	 * Queues by number (queue.c): QUEUE_DIRS blocks of QUEUE_BLOCK slots,
 	 * each block allocated on first use and kept until destroy.  Slots are
 	 * filled under q_lock and emptied without it.
@@ -582,6 +605,27 @@ static inline struct shard *rec_shard(struct kairos *k, const struct rec *r)
 
 /* Wakes every thread sleeping on @k's event count. */
 void service_event(struct kairos *k);
+
+/* clock.c: the service clock, system or manual. */
+static inline bool service_manual(const struct kairos *k)
+{
+	return k->cfg.clock == KAIROS_CLOCK_MANUAL;
+}
+
+/* The service clock now, in ns: every read of it goes through here. */
+static inline uint64_t service_now(struct kairos *k)
+{
+	if (__builtin_expect(service_manual(k), 0))
+		/* Acquire pairs with kairos_clock_advance()'s store. */
+		return atomic_load_explicit(&k->manual_now, memory_order_acquire);
+	return clock_now_ns(k->cfg.clock);
+}
+/*
+ * A manual-clock service's shard or worker is about to go quiet (sleep, or
+ * finish a run): clock_quiet_mark() before the change that says so, and
+ * service_event() after it; see clock.c.
+ */
+void clock_quiet_mark(struct kairos *k);
 /* Enters a call: 0 inside a read-side section, or -ESHUTDOWN outside one (kairos.c). */
 int service_enter(struct kairos *k);
 void service_leave(void);
@@ -695,6 +739,7 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
 void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count);
 void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns);
+void period_restart(struct rec_ext *p, uint64_t end_ns);
 
 /* worker.c */
 int worker_start(struct kairos *k, struct shard *s);

@@ -154,7 +154,8 @@ static int config_fix(struct kairos_config *cfg)
 	 */
 	if (cfg->tick_ns < 1000 || cfg->tick_ns > 1000000000)
 		return -EINVAL;
-	if (cfg->clock != CLOCK_MONOTONIC && cfg->clock != CLOCK_BOOTTIME)
+	if (cfg->clock != CLOCK_MONOTONIC && cfg->clock != CLOCK_BOOTTIME &&
+	    cfg->clock != KAIROS_CLOCK_MANUAL)
 		return -EINVAL;
 	if (cfg->delivery != KAIROS_DELIVER_WORKERS && cfg->delivery != KAIROS_DELIVER_INLINE)
 		return -EINVAL;
@@ -378,6 +379,7 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	service_event(k);
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
+	rcu_tsan_grace_done(k);
 	/* No call can use a thread's state now: fold the counts, drop the records. */
 	ts_detach_all(k);
 	drained = teardown(k, how);
@@ -478,14 +480,33 @@ static void arm_count(struct kairos *k, struct tstate *t, int n)
 }
 
 /*
+ * What an arm asks for beyond its deadline and callback: kairos_arm_opts()
+ * fills it from its options, the shorthands from their arguments.
+ */
+struct arm_req {
+	uint64_t period_ns;		/* 0: one-shot */
+	uint64_t slack_ns;
+	uint64_t jitter_ns;
+	unsigned policy;		/* a periodic timer's KAIROS_PERIOD_* */
+	bool replace;			/* KAIROS_KEY_REPLACE */
+	struct kairos_queue *q;		/* NULL: the workers (or inline) */
+	struct key_node *kn;		/* the key to take; freed here if the arm fails */
+};
+
+/* The shorthands' request: one-shot, exact, no key, no queue. */
+static const struct arm_req plain_req;
+
+/*
  * Arms a timer for @deadline_ns; called inside the read-side section.  With
- * @kn, the timer takes that key (key.c); the caller frees @kn if this
+ * @a->kn, the timer takes that key (key.c); the caller frees it if this
  * fails.
  */
-static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_t period_ns,
-	       uint64_t slack_ns, uint64_t jitter_ns, struct kairos_queue *q, kairos_fn fn,
-	       void *arg, kairos_id *out, struct key_node *kn, bool replace, unsigned *behind)
+static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
+	       const struct arm_req *a, kairos_fn fn, void *arg, kairos_id *out,
+	       unsigned *behind)
 {
+	struct kairos_queue *q = a->q;
+	struct key_node *kn = a->kn;
 	struct rec_ext *e = NULL;
 	struct shard *s;
 	struct rec *r;
@@ -519,13 +540,13 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 	r->fn = fn;
 	r->arg = arg;
 	/* Whole ticks only, rounded down: the window is never exceeded. */
-	r->wt.slack = slack_ns / k->cfg.tick_ns > UINT32_MAX ? UINT32_MAX
-							    : (uint32_t)(slack_ns / k->cfg.tick_ns);
+	r->wt.slack = a->slack_ns / k->cfg.tick_ns > UINT32_MAX
+			      ? UINT32_MAX : (uint32_t)(a->slack_ns / k->cfg.tick_ns);
 	__atomic_store_n(&r->wt.flags,
-			 (uint16_t)((q ? q->no : 0) | (kn || jitter_ns ? REC_EXT : 0)),
+			 (uint16_t)((q ? q->no : 0) | (kn || a->jitter_ns ? REC_EXT : 0)),
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
-	if (period_ns || kn || jitter_ns) {
+	if (a->period_ns || kn || a->jitter_ns) {
 		e = table_ext(s, index);
 		if (!e) {
 			/* Not reachable by anyone yet: straight back to the pool. */
@@ -535,19 +556,20 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 			return -ENOMEM;
 		}
-		if (period_ns) {
-			e->period_ns = period_ns;
+		if (a->period_ns) {
+			e->period_ns = a->period_ns;
 			e->next_ns = deadline_ns;
+			e->policy = a->policy;
 		}
 		/* Read by resets (reset()), published with the state below. */
-		e->jitter_ns = jitter_ns;
+		e->jitter_ns = a->jitter_ns;
 		atomic_store_explicit(&e->key, kn, memory_order_relaxed);
 	}
 	/* Its queue stays until it ends (queue.c). */
 	if (q)
 		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 	/* The post's release publishes the fields above with the state. */
-	gen = timer_publish(r, period_ns != 0);
+	gen = timer_publish(r, a->period_ns != 0);
 	id = id_make(gen, s->index, index);
 	/* Counted before anyone can end it: whoever does sees the count. */
 	arm_count(k, t, 1);
@@ -558,7 +580,7 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns, uint64_
 		 * holder it replaces is cancelled as the key passes (key.c).
 		 */
 		key_node_set_id(kn, id);
-		rc = key_take(k, kn, replace);
+		rc = key_take(k, kn, a->replace);
 		if (rc) {
 			/* Held: no one can have seen this record; it was never armed. */
 			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
@@ -587,10 +609,10 @@ enum when { WHEN_AT, WHEN_AFTER };
  * service says -ESHUTDOWN whatever else is wrong), arms, and only then, out
  * of the read-side section, waits for a shard that is far behind.
  */
-static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t period_ns,
-		     uint64_t slack_ns, uint64_t jitter_ns, struct kairos_queue *q, kairos_fn fn,
-		     void *arg, kairos_id *out, struct key_node *kn, bool replace)
+static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const struct arm_req *a,
+		     kairos_fn fn, void *arg, kairos_id *out)
 {
+	struct kairos_queue *q = a->q;
 	uint64_t deadline = t_ns;
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
 	struct tstate *t;
@@ -610,60 +632,64 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, uint64_t p
 		/* A queue's timer may leave the callback out (kairos_queue_take()). */
 		rc = -EINVAL;
 	} else if (when == WHEN_AFTER &&
-		   clock_add_overflows(clock_now_ns(k->cfg.clock), t_ns, &deadline)) {
+		   clock_add_overflows(service_now(k), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
 		/* The first deadline takes the jitter; the period's grid starts there. */
-		if (jitter_ns)
-			deadline = jitter_add(deadline, jitter_ns);
-		rc = arm(k, t, deadline, period_ns, slack_ns, jitter_ns, q, fn, arg, out, kn,
-			 replace, &behind);
+		if (a->jitter_ns)
+			deadline = jitter_add(deadline, a->jitter_ns);
+		rc = arm(k, t, deadline, a, fn, arg, out, &behind);
 	}
 	service_leave();
 	if (behind)
 		arm_backoff(k, behind - 1);
 out_free:
 	/* A key that did not go into the table is this call's to free. */
-	if (rc && kn)
-		key_node_free(kn);
+	if (rc && a->kn)
+		key_node_free(a->kn);
 	return rc;
 }
 
 KAIROS_EXPORT int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *arg,
 				kairos_id *out)
 {
-	return arm_entry(k, WHEN_AT, deadline_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AT, deadline_ns, &plain_req, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm(struct kairos *k, uint64_t delay_ns, kairos_fn fn, void *arg,
 			     kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, delay_ns, &plain_req, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_every(struct kairos *k, uint64_t period_ns, kairos_fn fn, void *arg,
 				   kairos_id *out)
 {
+	const struct arm_req a = { .period_ns = period_ns };
+
 	if (k && !period_ns && !atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -EINVAL;
-	return arm_entry(k, WHEN_AFTER, period_ns, period_ns, 0, 0, NULL, fn, arg, out, NULL, false);
+	return arm_entry(k, WHEN_AFTER, period_ns, &a, fn, arg, out);
 }
 
 KAIROS_EXPORT int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns,
 				   kairos_fn fn, void *arg, kairos_id *out)
 {
-	return arm_entry(k, WHEN_AFTER, delay_ns, 0, slack_ns, 0, NULL, fn, arg, out, NULL, false);
+	const struct arm_req a = { .slack_ns = slack_ns };
+
+	return arm_entry(k, WHEN_AFTER, delay_ns, &a, fn, arg, out);
 }
 
 /* The flags kairos_arm_opts() knows; every other bit is -EINVAL. */
-#define OPTS_FLAGS	(KAIROS_ABSTIME | KAIROS_KEY_REPLACE)
+#define OPTS_POLICY	(KAIROS_PERIOD_FIXED_DELAY | KAIROS_PERIOD_SKIP)
+#define OPTS_FLAGS	(KAIROS_ABSTIME | KAIROS_KEY_REPLACE | OPTS_POLICY)
 
 KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 				  const struct kairos_timer_opts *o, kairos_fn fn, void *arg,
 				  kairos_id *out)
 {
 	static const struct kairos_timer_opts none;
-	struct key_node *kn = NULL;
+	struct arm_req a;
 	int rc;
 
 	if (!k)
@@ -680,13 +706,23 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 	if (o->key ? key_check(o->key, o->key_len) != 0
 		   : o->key_len || (o->flags & KAIROS_KEY_REPLACE))
 		return -EINVAL;
+	/* One policy at most, and only for a periodic timer. */
+	if ((o->flags & OPTS_POLICY) == OPTS_POLICY || ((o->flags & OPTS_POLICY) && !o->period_ns))
+		return -EINVAL;
+	a = (struct arm_req){
+		.period_ns = o->period_ns,
+		.slack_ns = o->slack_ns,
+		.jitter_ns = o->jitter_ns,
+		.policy = (unsigned)(o->flags & OPTS_POLICY),
+		.replace = o->flags & KAIROS_KEY_REPLACE,
+		.q = o->queue,
+	};
 	/* The key's node is made outside the read-side section: it allocates. */
-	if (o->key && (rc = key_node_new(k, o->key, o->key_len, &kn)) != 0)
+	if (o->key && (rc = key_node_new(k, o->key, o->key_len, &a.kn)) != 0)
 		return rc;
 	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
-	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns,
-			 o->period_ns, o->slack_ns, o->jitter_ns, o->queue, fn, arg, out, kn,
-			 o->flags & KAIROS_KEY_REPLACE);
+	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns, &a, fn, arg,
+			 out);
 }
 
 /* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
@@ -916,7 +952,7 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
 		rc = reset(k, id, deadline_ns);
@@ -969,7 +1005,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 		goto out;
 	}
 	/* One clock read for the whole batch. */
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns)) {
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns)) {
 		rc = -EOVERFLOW;
 		goto out;
 	}
@@ -1056,7 +1092,7 @@ KAIROS_EXPORT int kairos_key_reset(struct kairos *k, const void *key, size_t len
 	rc = enter_key(k, key, len);
 	if (rc)
 		return rc;
-	if (clock_add_overflows(clock_now_ns(k->cfg.clock), delay_ns, &deadline_ns))
+	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
 		rc = key_apply(k, key, len, KEY_RESET, deadline_ns);
@@ -1153,7 +1189,7 @@ KAIROS_EXPORT int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns)
 	 * Read after the deadline: the timer does not run within *@ns of the
 	 * call's start, whatever the delay before this read.
 	 */
-	now = clock_now_ns(k->cfg.clock);
+	now = service_now(k);
 	*ns = due_ns > now ? due_ns - now : 0;
 	return 0;
 }
@@ -1166,7 +1202,7 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 		return -ESHUTDOWN;
 	if (!now_ns)
 		return -EINVAL;
-	*now_ns = clock_now_ns(k->cfg.clock);
+	*now_ns = service_now(k);
 	return 0;
 }
 

@@ -16,4 +16,21 @@
 #endif
 #include <urcu-bp.h>
 
+/*
+ * TSan does not model grace periods: a thread that reads a service's
+ * shards inside a read-side section and then sleeps outside it is ordered
+ * before kairos_destroy()'s frees only by synchronize_rcu().  Such a
+ * section ends with rcu_tsan_section_end(k), and destroy, past its grace
+ * period, says rcu_tsan_grace_done(k).  Other builds compile these away.
+ */
+#ifdef __SANITIZE_THREAD__
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define rcu_tsan_section_end(k)	__tsan_release(&(k)->dead)
+#define rcu_tsan_grace_done(k)	__tsan_acquire(&(k)->dead)
+#else
+#define rcu_tsan_section_end(k)	((void)(k))
+#define rcu_tsan_grace_done(k)	((void)(k))
+#endif
+
 #endif /* KAIROS_RCU_H */

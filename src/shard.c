@@ -12,6 +12,12 @@
  * A posted deadline earlier than sleep_tick wakes the shard through its
  * eventfd; all others wait for the next pass.  Nothing is polled: an idle
  * shard sleeps with its timerfd disarmed.
+ *
+ * A shard of a manual-clock service (KAIROS_CLOCK_MANUAL) has no timerfd:
+ * it sleeps until posted to, every post wakes it (SLEEP_FAR always), and
+ * kairos_clock_advance() wakes it when the time moves.  It publishes the
+ * time of each pass and tells the advancing thread when it goes quiet
+ * (clock.c).
  */
 #include "rcu.h"
 
@@ -293,9 +299,15 @@ static void period_step(struct shard *s, struct rec *r)
 
 /*
  * The run at @from_ns, seen at @now_ns: it covers every period begun by
- * then, and the next run is the first deadline after those.  A queue's
- * drainer calls it again for a periodic expiry that waited there, so that
- * the periods missed while it waited join the same call.
+ * then, and the next run is the first deadline after those, on the grid of
+ * @from_ns + n periods.  A queue's drainer calls it again for a periodic
+ * expiry that waited there, so that the periods missed while it waited join
+ * the same call.  By policy:
+ *  - fixed rate: the call's status counts the periods it covers;
+ *  - skip: the same next deadline (the first grid point after @now_ns),
+ *    but status 1: the missed periods are dropped;
+ *  - fixed delay: status 1, and the next deadline set here is replaced
+ *    when the callback ends (period_restart()).
  */
 void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 {
@@ -305,9 +317,21 @@ void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 	if (covered > INT32_MAX)
 		covered = INT32_MAX;
 	p->fire_ns = from_ns;
-	p->fire_status = (int)covered;
+	p->fire_status = p->policy == KAIROS_PERIOD_FIXED_RATE ? (int)covered : 1;
 	if (__builtin_mul_overflow(covered, p->period_ns, &step) ||
 	    __builtin_add_overflow(from_ns, step, &p->next_ns))
+		p->next_ns = UINT64_MAX;
+}
+
+/*
+ * A fixed-delay timer's callback ended at @end_ns (or its expiry was taken
+ * from its queue, or posted to its ring): the next run is a period later,
+ * saturating.  Called by whoever ends the run, before the record is PENDING
+ * again (worker_rearm()).
+ */
+void period_restart(struct rec_ext *p, uint64_t end_ns)
+{
+	if (__builtin_add_overflow(end_ns, p->period_ns, &p->next_ns))
 		p->next_ns = UINT64_MAX;
 }
 
@@ -371,6 +395,10 @@ static void expire(struct shard *s)
 	queue_flush(s);
 	run_close(s);
 	if (s->nruns) {
+		/* Counted before the workers can finish them (clock.c). */
+		if (service_manual(s->k))
+			atomic_fetch_add_explicit(&s->dq.runs_pushed, s->nruns,
+						  memory_order_seq_cst);
 		dqueue_push(&s->dq, s->rfirst, s->rlast, s->nruns);
 		s->rfirst = s->rlast = NULL;
 		s->nruns = 0;
@@ -455,10 +483,13 @@ static void check_wheel(struct shard *s)
 static uint64_t pass(struct shard *s, bool *posted)
 {
 	*posted = inbox_drain(s);
-	s->now_ns = clock_now_ns(s->k->cfg.clock);
+	s->now_ns = service_now(s->k);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
 	expire(s);
 	check_wheel(s);
+	/* After sleep_tick was cleared and the pass's runs counted (clock.c). */
+	if (service_manual(s->k))
+		atomic_store_explicit(&s->manual_seen, s->now_ns, memory_order_seq_cst);
 	return wheel_next(&s->wheel);
 }
 
@@ -466,6 +497,7 @@ static void *shard_main(void *arg)
 {
 	struct shard *s = arg;
 	struct kairos *k = s->k;
+	bool manual = service_manual(k);
 	unsigned spins = 0;
 
 	tls_service = k;
@@ -492,19 +524,31 @@ static void *shard_main(void *arg)
 			continue;
 		}
 		spins = 0;
-		if (next != UINT64_MAX)
-			arm_timer(s, next);
-		/* Posts are coming: look again within SHARD_FLUSH_NS (shard_post()). */
-		if (posted)
-			arm_timer(s, s->wheel.curr + s->flush_ticks);
-		sleep = s->timer_tick;
-		if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
-			sleep |= SLEEP_FAR;
+		if (manual) {
+			/*
+			 * No timerfd: nothing comes due until the time is
+			 * advanced, and every post wakes the shard.
+			 */
+			sleep = UINT64_MAX;
+			clock_quiet_mark(k);
+		} else {
+			if (next != UINT64_MAX)
+				arm_timer(s, next);
+			/* Posts are coming: look again within SHARD_FLUSH_NS (shard_post()). */
+			if (posted)
+				arm_timer(s, s->wheel.curr + s->flush_ticks);
+			sleep = s->timer_tick;
+			if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
+				sleep |= SLEEP_FAR;
+		}
 		atomic_store_explicit(&s->sleep_tick, sleep, memory_order_seq_cst);
 		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
 			continue;
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
 			break;
+		/* Quiet: an advance that waits looks again (clock.c). */
+		if (manual)
+			service_event(k);
 		ev = s->ops->wait(s);
 		if (ev < 0) {
 			/* The ring stopped working: move to epoll, then look again. */
@@ -551,20 +595,25 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	    (rc = pthread_mutex_init(&s->dq.lock, NULL)) ||
 	    (rc = pthread_cond_init(&s->dq.cond, NULL)))
 		kairos_die_err("pthread init", rc);
-	rc = fault_hit() ? -EMFILE : 0;
-	s->tfd = rc ? -1 : timerfd_create(k->cfg.clock, TFD_CLOEXEC);
-	if (s->tfd < 0) {
-		rc = rc ? rc : -errno;
-		goto fail;
+	/* A manual clock is no clock of the kernel's: no timerfd. */
+	s->tfd = -1;
+	if (!service_manual(k)) {
+		rc = fault_hit() ? -EMFILE : 0;
+		s->tfd = rc ? -1 : timerfd_create(k->cfg.clock, TFD_CLOEXEC);
+		if (s->tfd < 0) {
+			rc = rc ? rc : -errno;
+			goto fail;
+		}
 	}
 	rc = fault_hit() ? -EMFILE : 0;
 	s->efd = rc ? -1 : eventfd(0, EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = rc ? rc : -errno;
-		close(s->tfd);
+		if (s->tfd >= 0)
+			close(s->tfd);
 		goto fail;
 	}
-	wheel_init(&s->wheel, clock_tick_floor(clock_now_ns(k->cfg.clock), k->cfg.tick_ns));
+	wheel_init(&s->wheel, clock_tick_floor(service_now(k), k->cfg.tick_ns));
 	*out = s;
 	return 0;
 fail:
@@ -578,7 +627,8 @@ fail:
 /* shard_free - frees a shard made by shard_new() whose thread has stopped. */
 void shard_free(struct shard *s)
 {
-	close(s->tfd);
+	if (s->tfd >= 0)
+		close(s->tfd);
 	close(s->efd);
 	table_free(s);
 	pthread_mutex_destroy(&s->grow_lock);

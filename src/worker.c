@@ -98,8 +98,12 @@ void worker_tally_flush(struct shard *s, struct wtally *w)
 void worker_rearm(struct shard *s, struct rec *r)
 {
 	struct rec_ext *p = table_ext(s, table_index(s, r));
-	uint64_t tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
-	uint64_t old;
+	uint64_t tick, old;
+
+	/* Only this thread writes a RUNNING record's ext entry. */
+	if (p->policy == KAIROS_PERIOD_FIXED_DELAY)
+		period_restart(p, service_now(s->k));
+	tick = clock_tick_ceil(p->next_ns, s->k->cfg.tick_ns);
 
 	if (!timer_rearm(r, tick, &old)) {
 		/* Cancelled while running: it ends here, counted as cancelled. */
@@ -124,7 +128,7 @@ void worker_rearm(struct shard *s, struct rec *r)
 uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
 		      bool coalesce, int *status)
 {
-	uint64_t now = clock_now_ns(k->cfg.clock), deadline_ns;
+	uint64_t now = service_now(k), deadline_ns;
 
 	/* A one-shot ends here: its key is free before its callback runs. */
 	if (!periodic)
@@ -215,6 +219,12 @@ static void *worker_main(void *arg)
 			worker_deliver(s->k, s, r, &w);
 		}
 		worker_tally_flush(s, &w);
+		/* The run is over, its callbacks returned: an advance may look (clock.c). */
+		if (service_manual(s->k)) {
+			clock_quiet_mark(s->k);
+			atomic_fetch_add_explicit(&s->dq.runs_done, 1, memory_order_seq_cst);
+			service_event(s->k);
+		}
 	}
 	return NULL;
 }

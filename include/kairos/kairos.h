@@ -91,7 +91,9 @@ struct kairos_config {
 /*
  * kairos_config.clock: a clock that only kairos_clock_advance() moves, for
  * tests of code that uses kairos.  It starts at 0; the service never reads
- * a system clock and arms no timerfd.  (Not a clockid of Linux.)
+ * a system clock for its timers and has no timerfd (its shards sleep until
+ * posted to).  Every feature works on it; kairos_now() returns its time.
+ * (Not a clockid of Linux.)
  */
 #define KAIROS_CLOCK_MANUAL	1024
 
@@ -144,7 +146,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * Context: any thread, callbacks included; blocks briefly (thread start).
  * Return: 0; -EINVAL for a NULL @out, an invalid @cfg field (more than 256
  * shards or 1024 workers, a tick under 1 us or over 1 s, a clock other than
- * CLOCK_MONOTONIC and CLOCK_BOOTTIME, ring_entries over 4096) or another
+ * CLOCK_MONOTONIC, CLOCK_BOOTTIME and KAIROS_CLOCK_MANUAL, ring_entries over
+ * 4096) or another
  * value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
  * KAIROS_BACKEND_URING is forced and io_uring is refused; -EMFILE or -ENFILE
  * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
@@ -205,7 +208,8 @@ int kairos_arm_at(struct kairos *k, uint64_t deadline_ns, kairos_fn fn, void *ar
  * kairos_arm_every - arms a periodic timer: first at now + @period_ns, then
  * every @period_ns after its previous deadline (no drift).  When the service
  * falls behind by whole periods, one call covers them and its status says
- * how many.  A periodic timer ends only by cancel or destroy.
+ * how many (KAIROS_PERIOD_FIXED_RATE; kairos_arm_opts() offers the other
+ * policies).  A periodic timer ends only by cancel or destroy.
  *
  * Return: as kairos_arm(); also -EINVAL for a @period_ns of 0.
  */
@@ -229,13 +233,18 @@ int kairos_arm_slack(struct kairos *k, uint64_t delay_ns, uint64_t slack_ns, kai
 #define KAIROS_ABSTIME		0x1	/* @when_ns is a time of the service clock, not a delay */
 #define KAIROS_KEY_REPLACE	0x2	/* the key is held: cancel its holder, take the key */
 /*
- * A periodic timer's policy, one of (0 is fixed rate):
+ * A periodic timer's policy, one of (0 is fixed rate); a policy flag
+ * without a period, or both non-zero policies, is -EINVAL:
  *  - FIXED_RATE: the next deadline is the previous one + the period; periods
  *    missed while the service or the callback was late coalesce into one
  *    call whose status counts them.
- *  - FIXED_DELAY: the next deadline is the end of the callback + the period.
+ *  - FIXED_DELAY: the next deadline is the end of the run + the period, on
+ *    the service clock; status 1.  The end of the run: the callback's
+ *    return (worker, inline, kairos_queue_run()); for an entry taken with
+ *    kairos_queue_take(), the take; for a ring queue, its CQE's post.
  *  - SKIP: missed periods are dropped (status 1); the deadlines stay on the
- *    grid of the first deadline + n periods.
+ *    grid of the first deadline + n periods: the next is the first grid
+ *    point after the time the late run fired.
  */
 #define KAIROS_PERIOD_FIXED_RATE	0x0
 #define KAIROS_PERIOD_FIXED_DELAY	0x4
@@ -277,10 +286,12 @@ struct kairos_timer_opts {
  *           are then only taken (kairos_queue_take())
  *
  * Context: as kairos_arm().
- * Return: as kairos_arm(); also -EINVAL for an unknown flag, a reserved word
- * that is not 0, a NULL @fn without a queue, or a queue of another service
- * or one destroyed, a key longer than KAIROS_KEY_MAX (or a length without
- * a key); -EEXIST when the key is held and KAIROS_KEY_REPLACE is not set.
+ * Return: as kairos_arm(); also -EINVAL for an unknown flag, both
+ * KAIROS_PERIOD_FIXED_DELAY and KAIROS_PERIOD_SKIP, either of them with a
+ * @o->period_ns of 0, a reserved word that is not 0, a NULL @fn without a
+ * queue, a queue of another service or one destroyed, or a bad key (longer
+ * than KAIROS_KEY_MAX, or a length without a key); -EEXIST for a key held
+ * (without KAIROS_KEY_REPLACE).
  */
 int kairos_arm_opts(struct kairos *k, uint64_t when_ns, const struct kairos_timer_opts *o,
 		    kairos_fn fn, void *arg, kairos_id *out);
@@ -531,15 +542,40 @@ int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns);
 
 /*
  * kairos_clock_advance - moves a KAIROS_CLOCK_MANUAL service's clock @ns
- * forward and makes due whatever became due.
+ * forward (0 is allowed) and makes due whatever became due.
  *
- * Return: 0; -EINVAL for a service whose clock is not manual; -EOVERFLOW
- * past 2^64 - 1 ns; -ESHUTDOWN.
+ * When it returns 0 to a thread that is not running a callback of @k, the
+ * service has settled at the clock's newest time: every timer due by then
+ * (deadline rounded up to its tick) that was armed or reset by a call that
+ * returned before this one was made has expired, and none due later has;
+ * the callbacks of those delivered to workers or inline have returned (a
+ * periodic timer's next deadline is set); those of a queue wait in it (its
+ * fd readable, kairos_queue_take() with timeout 0 gets them) or, for a ring
+ * queue, their CQE posts have been submitted; and whatever those callbacks
+ * armed that was due at once, or made due by advancing the clock
+ * themselves, has been handled the same way.  It does not wait for a
+ * queue's owner to run or take its entries, nor for calls other threads
+ * make meanwhile.  Several threads may advance at once; each returns once
+ * the service has settled at the newest time.
+ *
+ * Context: any thread.  Blocks until the service has settled (outside any
+ * lock and RCU read-side section, on a futex), so it waits for the
+ * callbacks it makes due: one that waits for the advancing thread
+ * deadlocks.  From a callback of @k (worker, inline, kairos_queue_run())
+ * it cannot wait for itself: it moves the clock, wakes the shards and
+ * returns 0 at once; an advance another thread waits in also waits for
+ * what this one made due.
+ * Return: 0; -EINVAL for a NULL @k or a service whose clock is not manual;
+ * -EOVERFLOW when the clock would pass 2^64 - 1 ns (it does not move);
+ * -ESHUTDOWN after kairos_destroy(), or when a destroy ended the wait (the
+ * clock moved, but what became due may have been drained instead).
  */
 int kairos_clock_advance(struct kairos *k, uint64_t ns);
 
 /*
- * kairos_now - reads the service clock (the configured clockid), in ns.
+ * kairos_now - reads the service clock (the configured clockid), in ns; for
+ * a KAIROS_CLOCK_MANUAL service, the time kairos_clock_advance() has moved
+ * it to (0 at first).
  *
  * Context: any thread; does not block.
  * Return: 0; -EINVAL for a NULL argument; -ESHUTDOWN after kairos_destroy().
