@@ -103,7 +103,7 @@
  * kairos_key_reset, kairos_key_find, kairos_key_cancel), with the same
  * delays and random orders; the two take turns going first.
  *
- *   arm (fresh pool)  N arms, delays U[30 s, 60 s], into a new service (the
+ *   arm (fresh pool)  N arms, delays U[10, 20] min, into a new service (the
  *                     key path's hash table is made and grows meanwhile).
  *   bytes/timer       resident memory after those arms minus before, over
  *                     N, as the service mode's row: records, ext entries,
@@ -115,7 +115,7 @@
  *   arm               all N cancelled untimed, then N armed again: records
  *                     recycled, key nodes freed after a grace period and
  *                     allocated anew.
- *   push-later        each to U[61 s, 62 s) from now: later than any arm.
+ *   push-later        each to U[1201 s, 1202 s) from now: later than any arm.
  *   find              key path only: each key's id, checked.
  *   cancel            each must return 0.
  *
@@ -1271,9 +1271,14 @@ static void sb_scaling(const struct sb_opts *o)
  */
 
 #define SK_DEFAULT_RUNS	5u
-#define SK_FAR_MIN	(30 * SB_S)	/* arms: U[SK_FAR_MIN, + SK_FAR_SPAN) */
-#define SK_FAR_SPAN	(30 * SB_S)
-#define SK_PUSH_MIN	(61 * SB_S)	/* resets: U[61, 62) s from now, later than any arm */
+/*
+ * Arms U[SK_FAR_MIN, + SK_FAR_SPAN), 10 to 20 min: far enough that nothing
+ * fires even when the key table stops growing and a keyed arm of 1e6 takes
+ * minutes (seen with liburcu 0.13: the run is then slow, not wrong).
+ */
+#define SK_FAR_MIN	(600 * SB_S)
+#define SK_FAR_SPAN	(600 * SB_S)
+#define SK_PUSH_MIN	(1201 * SB_S)	/* resets: U[1201, 1202) s from now, later than any arm */
 #define SK_PUSH_SPAN	SB_S
 #define SK_KEY_SLOT	16u		/* bytes a key takes in the bench's lists */
 #define SK_KEY_LEN	13u		/* "conn:" and 8 digits; no NUL */
@@ -1644,9 +1649,9 @@ static void sk_print_legend(const struct sb_opts *o, const char *backend, const 
 	       "distinct %u-byte key per timer (\"conn:%%08u\"),\n", pre, SK_KEY_LEN);
 	printf("%s  kairos_key_reset, kairos_key_find, kairos_key_cancel; each path on a fresh "
 	       "service, same delays and orders, taking turns first;\n", pre);
-	printf("%sarm (fresh pool): N arms, delays U[30,60] s, into a new service; then all "
+	printf("%sarm (fresh pool): N arms, delays U[10,20] min, into a new service; then all "
 	       "cancelled untimed; arm: N again on the recycled pool;\n", pre);
-	printf("%spush-later: each to U[61,62) s from now; find (key -> id) and cancel: every "
+	printf("%spush-later: each to U[1201,1202) s from now; find (key -> id) and cancel: every "
 	       "one must succeed; each op list in a fresh random order;\n", pre);
 	printf("%sbytes: RSS after the fresh arm minus before it, over N (key nodes, hash table "
 	       "and ext entries included); sizeof: 64 B record\n", pre);
