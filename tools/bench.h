@@ -22,6 +22,7 @@
 /* Mode entry points; @argv[0] is the mode's name. */
 int wb_main(int argc, char **argv);	/* bench_wheel.c */
 int sb_main(int argc, char **argv);	/* bench_service.c */
+int sk_main(int argc, char **argv);	/* bench_service.c: keyed timers */
 int pb_main(int argc, char **argv);	/* bench_peer.c */
 int sc_main(int argc, char **argv);	/* bench_scale.c */
 

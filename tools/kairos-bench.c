@@ -12,6 +12,8 @@
  *             thread, virtual time.
  *   service   bench_service.c: the kairos service through its public API,
  *             called from a thread that is not a shard thread.
+ *   keys      bench_service.c: keyed timers (kairos_arm_opts with a key,
+ *             kairos_key_reset, _find, _cancel) beside the id path.
  *   peer      bench_peer.c: the same workloads on kairos, libev, libuv,
  *             libevent and one timerfd per timer, with ratios to kairos.
  *   scale     bench_scale.c: 1, 2, 4, 8 caller threads on one kairos
@@ -41,6 +43,7 @@ static const struct bench_mode bench_modes[] = {
 	  wb_main },
 	{ "service", "the kairos service: API costs, expiry, lateness, memory, CPU, wake-ups",
 	  sb_main },
+	{ "keys", "keyed timers beside the id path: arm, push-later, cancel, bytes", sk_main },
 	{ "peer", "kairos against libev, libuv, libevent and one timerfd per timer", pb_main },
 	{ "scale", "caller threads on one kairos service, and on one locked heap", sc_main },
 };
