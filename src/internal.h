@@ -521,6 +521,9 @@ struct shard {
  * a thread may sleep on its event count outside any read-side section and
  * still wake safely after kairos_destroy() has freed everything else.
  */
+/* Stripes of the key table's node count (key.c): few enough to sum often. */
+#define KEY_STRIPES	16
+
 struct kairos {
 	_Atomic int dead;		/* set by kairos_destroy() or, in a child, by fork */
 	struct kairos_config cfg;
@@ -586,12 +589,18 @@ struct kairos {
 	/*
 	 * Keys (key.c): the table, made by the first keyed arm under
 	 * key_lock; its hash seed; nodes removed from it, which the
-	 * reclaimer frees after a grace period.
+	 * reclaimer frees after a grace period; how many nodes it holds, in
+	 * stripes that threads add to by turns, and how many buckets the
+	 * reclaimer last resized it to.
 	 */
 	_Atomic(struct cds_lfht *) keys;
 	pthread_mutex_t key_lock;
 	uint64_t key_seed;
 	_Atomic(struct key_node *) key_garbage;
+	_Atomic unsigned long key_buckets;
+	struct {
+		_Atomic long n;
+	} __attribute__((aligned(CACHELINE))) key_count[KEY_STRIPES];
 };
 
 /* The shard record @r belongs to (from its chunk's header). */

@@ -5,7 +5,17 @@
  * A service that uses keys has one lock-free hash table (liburcu's cds_lfht)
  * from a key to a node holding the id of the timer that holds it.  The
  * table is made with the first keyed arm, so a service without keys pays
- * nothing, not even the table's resize thread.
+ * nothing.
+ *
+ * kairos sizes the table itself, from the service's reclaimer thread: one
+ * bucket per key or more, grown to twice the keys when they outnumber the
+ * buckets, shrunk when they fall under an eighth.  liburcu's own automatic
+ * resize is not used: it lets chains grow to eight nodes before it acts,
+ * needs a thread of its own, and (in 0.13) can stop resizing for good when
+ * its worker finishes before the launching thread marks the resize begun.
+ * The node count lives in stripes that threads add to by turns; every
+ * KEY_CHECK_EVERY inserts, a thread sums them and wakes the reclaimer if
+ * the table is due to grow.
  *
  * Who holds a node:
  *  - The table, from the arm that inserts it until a removal: cds_lfht_del()
@@ -88,7 +98,75 @@ struct key_ref {
 	size_t len;
 };
 
-#define KEY_TABLE_INIT	64	/* buckets at first; the table grows itself */
+#define KEY_TABLE_INIT	256	/* buckets at first, and the fewest after a shrink */
+#define KEY_CHECK_EVERY	128	/* a thread's inserts between two looks at the size */
+
+/* Which count stripe this thread adds to (0: not chosen yet), and its inserts. */
+static _Thread_local unsigned key_stripe_no;
+static _Thread_local unsigned key_inserts;
+static atomic_uint key_stripe_next;
+
+/* Adds @d to the table's node count, in this thread's stripe. */
+static void key_count_add(struct kairos *k, long d)
+{
+	if (!key_stripe_no)
+		key_stripe_no = atomic_fetch_add_explicit(&key_stripe_next, 1,
+							  memory_order_relaxed) % KEY_STRIPES + 1;
+	atomic_fetch_add_explicit(&k->key_count[key_stripe_no - 1].n, d, memory_order_relaxed);
+}
+
+/* The nodes in @k's table, give or take the adds in flight; never below 0. */
+static unsigned long key_count(struct kairos *k)
+{
+	long n = 0;
+
+	for (unsigned i = 0; i < KEY_STRIPES; i++)
+		n += atomic_load_explicit(&k->key_count[i].n, memory_order_relaxed);
+	return n > 0 ? (unsigned long)n : 0;
+}
+
+/* An insert was counted: now and then, see whether the table should grow. */
+static void key_inserted(struct kairos *k)
+{
+	key_count_add(k, 1);
+	if (++key_inserts % KEY_CHECK_EVERY == 0 &&
+	    key_count(k) > atomic_load_explicit(&k->key_buckets, memory_order_relaxed))
+		table_kick(k);
+}
+
+/* The smallest power of two at or above @n (at most 2^62). */
+static unsigned long pow2_at_least(unsigned long n)
+{
+	unsigned long p = 1;
+
+	while (p < n && p < (1UL << 62))
+		p <<= 1;
+	return p;
+}
+
+void key_resize(struct kairos *k)
+{
+	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
+	unsigned long n, buckets, want;
+
+	if (!ht)
+		return;
+	n = key_count(k);
+	buckets = atomic_load_explicit(&k->key_buckets, memory_order_relaxed);
+	if (n > buckets)
+		want = pow2_at_least(2 * n);
+	else if (buckets > KEY_TABLE_INIT && n < buckets / 8)
+		want = pow2_at_least(2 * n);
+	else
+		return;
+	if (want < KEY_TABLE_INIT)
+		want = KEY_TABLE_INIT;
+	if (want == buckets)
+		return;
+	/* Lookups and updates go on meanwhile; only this thread resizes. */
+	cds_lfht_resize(ht, want);
+	atomic_store_explicit(&k->key_buckets, want, memory_order_relaxed);
+}
 
 static inline uint64_t rotl64(uint64_t x, unsigned r)
 {
@@ -160,12 +238,14 @@ static int key_table(struct kairos *k, struct cds_lfht **out)
 			return -ESHUTDOWN;
 		}
 		if (!ht) {
+			/* No flags: kairos resizes it (key_resize()). */
 			ht = fault_hit() ? NULL
-					 : cds_lfht_new(KEY_TABLE_INIT, KEY_TABLE_INIT, 0,
-							CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-							NULL);
-			if (ht)
+					 : cds_lfht_new(KEY_TABLE_INIT, KEY_TABLE_INIT, 0, 0, NULL);
+			if (ht) {
+				atomic_store_explicit(&k->key_buckets, KEY_TABLE_INIT,
+						      memory_order_relaxed);
 				atomic_store_explicit(&k->keys, ht, memory_order_release);
+			}
 		}
 		mutex_unlock(&k->key_lock);
 		if (!ht)
@@ -208,6 +288,7 @@ static void garbage_push(struct kairos *k, struct key_node *kn)
 {
 	struct key_node *old = atomic_load_explicit(&k->key_garbage, memory_order_relaxed);
 
+	key_count_add(k, -1);
 	do
 		kn->garbage_next = old;
 	while (!atomic_compare_exchange_weak_explicit(&k->key_garbage, &old, kn,
@@ -248,8 +329,10 @@ int key_take(struct kairos *k, struct key_node *kn, bool replace)
 		struct cds_lfht_iter it;
 		int idle = 0;
 
-		if (got == &kn->node)
+		if (got == &kn->node) {
+			key_inserted(k);
 			return 0;
+		}
 		if (!replace)
 			return -EEXIST;
 		old = caa_container_of(got, struct key_node, node);
@@ -275,6 +358,7 @@ int key_take(struct kairos *k, struct key_node *kn, bool replace)
 		if (cds_lfht_iter_get_node(&it) != &old->node ||
 		    cds_lfht_replace(ht, &it, hash, key_match, &ref, &kn->node))
 			kairos_die("key hand-over lost its node");
+		key_inserted(k);
 		garbage_push(k, old);
 		return 0;
 	}

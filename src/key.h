@@ -44,6 +44,11 @@ static inline void key_release(struct kairos *k, struct rec *r)
 		key_release_slow(k, r);
 }
 
+/*
+ * The reclaimer's side: grows or shrinks the table to the keys it holds
+ * (outside any read-side section; one caller at a time).
+ */
+void key_resize(struct kairos *k);
 /* The reclaimer's side: removed nodes, freed after its grace period. */
 struct key_node *key_garbage_take(struct kairos *k);
 void key_garbage_free(struct key_node *kn);

@@ -468,6 +468,8 @@ static void *reclaimer_main(void *arg)
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
 
+		/* The key table follows its count; a kick after inserts asks for it. */
+		key_resize(k);
 		if (reclaim_pass(k))
 			continue;
 		if (atomic_load_explicit(&k->reclaim_stop, memory_order_acquire))

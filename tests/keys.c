@@ -12,6 +12,9 @@
 
 #include "t_util.h"
 
+/* The key table's size (kairos.key_buckets), for the resize test. */
+#include "../src/internal.h"
+
 #define LONG_NS	(600 * T_MS * 1000)	/* ten minutes: never fires in a test */
 
 static int k_arm(struct kairos *k, const char *key, int flags, uint64_t delay_ns,
@@ -555,7 +558,56 @@ START_TEST(test_key_replace_hands_over_atomically)
 }
 END_TEST
 
-/* The key table's resize thread goes with the last service that had keys. */
+/*
+ * The table follows its keys: 40000 keys grow it past one bucket per key
+ * (the reclaimer resizes it; the test waits for that), every key is still
+ * found with its own timer's id, and cancelling them all shrinks it back.
+ */
+#define GROW_KEYS	40000
+
+static unsigned long k_buckets(struct kairos *k)
+{
+	return atomic_load(&k->key_buckets);
+}
+
+START_TEST(test_key_table_grows_and_shrinks)
+{
+	struct kairos *k = t_create(NULL);
+	static kairos_id id[GROW_KEYS];
+	unsigned long first;
+	char key[16];
+
+	ck_assert_int_eq(k_arm(k, "k0", 0, LONG_NS, NULL, t_cb_never, NULL, &id[0]), 0);
+	first = k_buckets(k);
+	for (int i = 1; i < GROW_KEYS; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(k_arm(k, key, 0, LONG_NS, NULL, t_cb_never, NULL, &id[i]), 0);
+	}
+	for (int i = 0; i < T_WAIT_MS && k_buckets(k) < GROW_KEYS; i++)
+		t_sleep_ms(1);
+	ck_assert_msg(k_buckets(k) >= GROW_KEYS, "%lu buckets for %d keys (from %lu)",
+		      k_buckets(k), GROW_KEYS, first);
+	for (int i = 0; i < GROW_KEYS; i++) {
+		kairos_id found = 0;
+
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(kairos_key_find(k, key, strlen(key), &found), 0);
+		ck_assert(found == id[i]);
+	}
+	for (int i = 0; i < GROW_KEYS; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		ck_assert_int_eq(kairos_key_cancel(k, key, strlen(key)), 0);
+	}
+	for (int i = 0; i < T_WAIT_MS && k_buckets(k) > first; i++)
+		t_sleep_ms(1);
+	ck_assert_uint_eq(k_buckets(k), first);
+	ck_assert_int_eq(kairos_key_find(k, "k7", 2, &id[0]), -ENOENT);
+	keys_identity(k, GROW_KEYS);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* Services with keys start no thread beyond their own, and leave none. */
 START_TEST(test_key_threads_back_to_baseline)
 {
 	int base = t_thread_baseline();
@@ -593,6 +645,7 @@ int main(void)
 	tcase_add_test(tc, test_key_move_then_remove_never_lost);
 	tcase_add_test(tc, test_key_replace_storm);
 	tcase_add_test(tc, test_key_replace_hands_over_atomically);
+	tcase_add_test(tc, test_key_table_grows_and_shrinks);
 	tcase_add_test(tc, test_key_threads_back_to_baseline);
 	suite_add_tcase(s, tc);
 	return t_main(s, "keys");
