@@ -408,6 +408,11 @@ struct kairos_queue {
 typedef _Atomic(struct kairos_queue *) qslot;
 
 struct kairos_queue *queue_get(struct kairos *k, unsigned no);
+/*
+ * A reference to the queue numbered @no, or NULL when there is none or it
+ * is being freed; for a thread that holds no record's reference to it.
+ */
+struct kairos_queue *queue_tryget(struct kairos *k, unsigned no);
 void queue_unref(struct kairos_queue *q);
 /* A shard's expiries for one queue, collected over a pass (shard.c). */
 void queue_append(struct shard *s, struct kairos_queue *q, struct rec *first, struct rec *last);

@@ -154,7 +154,7 @@ void key_resize(struct kairos *k)
 	n = key_count(k);
 	buckets = atomic_load_explicit(&k->key_buckets, memory_order_relaxed);
 	if (n > buckets)
-		want = pow2_at_least(2 * n);
+		want = pow2_at_least(n);
 	else if (buckets > KEY_TABLE_INIT && n < buckets / 8)
 		want = pow2_at_least(2 * n);
 	else

@@ -68,16 +68,52 @@ static void queue_free(struct kairos_queue *q)
 {
 	struct kairos *k = q->k;
 
-	/* After teardown the slots are gone and nobody looks a number up. */
+	/*
+	 * Under q_lock: a shard that found @q by its number and takes a
+	 * reference under the lock (queue_tryget()) is done with it before
+	 * the memory goes.  After teardown the slots are gone and nobody
+	 * looks a number up.
+	 */
+	mutex_lock(&k->q_lock);
 	if (!atomic_load_explicit(&k->queues_gone, memory_order_acquire))
 		atomic_store_explicit(slot_of(k, q->no), NULL, memory_order_release);
+	mutex_unlock(&k->q_lock);
 	pthread_mutex_destroy(&q->lock);
 	pthread_mutex_destroy(&q->ring_lock);
 	pthread_cond_destroy(&q->cond);
 	free(q);
 }
 
-/* Drops one reference; the last frees @q.  Never blocks. */
+/*
+ * Takes a reference to @q, found in its slot under q_lock, unless its count
+ * is 0: then it is being freed (queue_free() waits for q_lock to clear the
+ * slot), and stays so.
+ */
+static bool queue_ref_live(struct kairos_queue *q)
+{
+	uint64_t refs = atomic_load_explicit(&q->refs, memory_order_relaxed);
+
+	do {
+		if (!refs)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&q->refs, &refs, refs + 1,
+							memory_order_relaxed, memory_order_relaxed));
+	return true;
+}
+
+struct kairos_queue *queue_tryget(struct kairos *k, unsigned no)
+{
+	struct kairos_queue *q;
+
+	mutex_lock(&k->q_lock);
+	q = queue_get(k, no);
+	if (q && !queue_ref_live(q))
+		q = NULL;
+	mutex_unlock(&k->q_lock);
+	return q;
+}
+
+/* Drops one reference; the last frees @q.  Never blocks but for q_lock. */
 void queue_unref(struct kairos_queue *q)
 {
 	if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) == 1)
@@ -800,10 +836,8 @@ void queue_teardown_wait(struct kairos *k)
 				struct kairos_queue *q = atomic_load_explicit(&blk[i],
 									      memory_order_relaxed);
 
-				if (q) {
-					atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+				if (q && queue_ref_live(q))
 					held[nheld++] = q;
-				}
 			}
 			mutex_unlock(&k->q_lock);
 			for (unsigned i = 0; i < nheld; i++) {

@@ -248,17 +248,20 @@ static void queue_flush(struct shard *s)
 /*
  * Before a queue's record may fire, the shard holds its queue until the
  * pass's chain for it is handed over: once fired, the record's own
- * reference may go with a cancel, and with it a destroyed queue.
+ * reference may go with a cancel, and with it a destroyed queue.  The
+ * record read PENDING may be cancelled meanwhile, and its queue freed, so
+ * the reference is taken only from a queue still alive (queue_tryget());
+ * when there is none, the record has ended and will not fire.
  */
 static void queue_hold(struct shard *s, struct rec *r)
 {
-	struct kairos_queue *q = queue_get(s->k, rec_queue_no(r));
+	unsigned no = rec_queue_no(r);
 
-	if (q == s->qcur)
+	/* Comparing is safe: a queue the shard holds is not freed. */
+	if (s->qcur && queue_get(s->k, no) == s->qcur)
 		return;
 	queue_flush(s);
-	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
-	s->qcur = q;
+	s->qcur = queue_tryget(s->k, no);
 }
 
 /*

@@ -802,9 +802,14 @@ START_TEST(test_queue_errors)
 	o.reserved_int = 1;
 	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EINVAL);
 	o.reserved_int = 0;
-	o.jitter_ns = T_MS;
-	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EOPNOTSUPP);
-	o.jitter_ns = 0;
+	/* A policy needs a period, and only one policy at a time. */
+	o.flags = KAIROS_PERIOD_SKIP;
+	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EINVAL);
+	o.period_ns = T_SEC;
+	o.flags = KAIROS_PERIOD_SKIP | KAIROS_PERIOD_FIXED_DELAY;
+	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EINVAL);
+	o.flags = 0;
+	o.period_ns = 0;
 	/* A queue of another service. */
 	o.queue = q2;
 	ck_assert_int_eq(kairos_arm_opts(k, T_SEC, &o, t_cb_never, NULL, &id), -EINVAL);
