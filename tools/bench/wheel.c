@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_wheel.c - kairos-bench mode "wheel".
+ * wheel.c - kairos-bench mode "wheel".
  *
  *	kairos-bench wheel [options]
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_scale.c - kairos-bench mode "scale".
+ * scale.c - kairos-bench mode "scale".
  *
  *	kairos-bench scale [options]
  *

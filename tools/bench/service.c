@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_service.c - kairos-bench modes "service" and "keys".
+ * service.c - kairos-bench modes "service" and "keys".
  *
  *	kairos-bench service [options]
  *	kairos-bench keys [options]

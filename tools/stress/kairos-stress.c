@@ -18,7 +18,7 @@
  * share of the calls (the mix's "key") sets, moves, removes and finds timers
  * by key: keys of each thread's own, whose every answer is known, and keys
  * that all threads race on, whose timers' ends are accounted per key
- * (stress_keys.c).  While it runs it shows a live
+ * (keys.c).  While it runs it shows a live
  * progress line on a terminal (plain lines every few seconds otherwise); at
  * the end it destroys the queues (half of them before the service) and the
  * service with KAIROS_DRAIN_NOTIFY, checks that every timer ended exactly
@@ -30,8 +30,8 @@
  * when something was, 2 for a bad command line or a service that cannot
  * start.
  *
- * The load and the per-timer checks are in stress_load.c, the key mix in
- * stress_keys.c, the report in stress_report.c; this file holds the options
+ * The load and the per-timer checks are in load.c, the key mix in
+ * keys.c, the report in report.c; this file holds the options
  * and the run.
  */
 #include <errno.h>

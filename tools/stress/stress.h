@@ -5,10 +5,10 @@
  * violations and the lateness histograms.
  *
  *   kairos-stress.c   options, the run (start, progress, stop, destroy), main()
- *   stress_load.c     the slot table, the callback, the load threads, the
+ *   load.c     the slot table, the callback, the load threads, the
  *                     per-timer checks and the final sweep
- *   stress_keys.c     the key mix: timers named by keys, own and shared
- *   stress_report.c   histograms, the text report, --json and --plot
+ *   keys.c     the key mix: timers named by keys, own and shared
+ *   report.c   histograms, the text report, --json and --plot
  *
  * Who writes what, in one paragraph: each load thread owns a disjoint range
  * of slots, and is the only thread that arms, resets or cancels the timers
@@ -26,7 +26,7 @@
  * may move it (kairos_key_reset) or end it (kairos_key_cancel, or an arm
  * with KAIROS_KEY_REPLACE).  Its owner learns of such an end only from the
  * timer itself (a cancel_sync that finds it ended without a run), and the
- * per-key counters in struct skey close the books (stress_keys.c).
+ * per-key counters in struct skey close the books (keys.c).
  */
 #ifndef KAIROS_STRESS_H
 #define KAIROS_STRESS_H
@@ -58,7 +58,7 @@ enum mix_op {
 	M_ARM,		/* kairos_arm() a one-shot timer on a free slot */
 	M_SYNC,		/* kairos_cancel_sync() a one-shot timer, pending or ended */
 	M_PERIODIC,	/* start, or stop with cancel_sync/cancel, a periodic timer */
-	M_KEY,		/* a key call: set, move, remove or find a key (stress_keys.c) */
+	M_KEY,		/* a key call: set, move, remove or find a key (keys.c) */
 	M_N
 };
 
@@ -245,7 +245,7 @@ struct slot {
 	uint64_t until;		/* periodic: stop it after this */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
-	uint32_t key;		/* one-shot: its key's number + 1 (stress_keys.c); 0: none */
+	uint32_t key;		/* one-shot: its key's number + 1 (keys.c); 0: none */
 	uint64_t kfloor;	/* O_SHARED: no move by a key call sets a deadline before this */
 	uint8_t kind;		/* enum slot_kind: the timer now in the slot */
 	uint8_t oflags;		/* O_* */
@@ -488,7 +488,7 @@ struct stress {
 
 extern struct stress S;
 
-/* stress_load.c */
+/* load.c */
 int load_setup(void);
 uint64_t rng_next(uint64_t *s);
 uint32_t rng_below(uint64_t *s, uint32_t n);
@@ -506,7 +506,7 @@ void end_fired(struct lthread *t, uint32_t idx);
 void reap(struct lthread *t, uint32_t idx);
 const char *end_name(unsigned e);
 
-/* stress_keys.c */
+/* keys.c */
 int keys_setup(void);
 void key_step(struct lthread *t);
 void key_forget(struct lthread *t, uint32_t idx);
@@ -536,7 +536,7 @@ struct xcheck {
 extern struct xcheck xchecks[XCHECKS_MAX];
 extern unsigned nxchecks;
 
-/* stress_report.c */
+/* report.c */
 void crosscheck(void);
 void check_stalls(void);
 void fmt_ns(char *buf, size_t len, uint64_t ns);

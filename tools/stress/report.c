@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_report.c - what kairos-stress says at the end: lateness histograms,
+ * report.c - what kairos-stress says at the end: lateness histograms,
  * the cross-check of kairos_stats() against the tool's own tallies, the text
  * report, the --json file and the --plot SVG (drawn by gnuplot when it is
  * installed).

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_peer.c - kairos-bench mode "peer".
+ * peer.c - kairos-bench mode "peer".
  *
  *	kairos-bench peer [options]
  *

@@ -5,7 +5,7 @@
  * medians, goal cells and the machine's line.  Definitions in bench.c; the
  * few called inside timed loops are inline here.
  *
- * Each mode lives in a file of its own (bench_<mode>.c) and is reached only
+ * Each mode lives in a file of its own (<mode>.c) and is reached only
  * through its entry point, listed in the mode table of kairos-bench.c.
  */
 #ifndef KAIROS_BENCH_H
@@ -20,11 +20,11 @@
 #define BENCH_ALIGN	64	/* cache line: records start on one */
 
 /* Mode entry points; @argv[0] is the mode's name. */
-int wb_main(int argc, char **argv);	/* bench_wheel.c */
-int sb_main(int argc, char **argv);	/* bench_service.c */
-int sk_main(int argc, char **argv);	/* bench_service.c: keyed timers */
-int pb_main(int argc, char **argv);	/* bench_peer.c */
-int sc_main(int argc, char **argv);	/* bench_scale.c */
+int wb_main(int argc, char **argv);	/* wheel.c */
+int sb_main(int argc, char **argv);	/* service.c */
+int sk_main(int argc, char **argv);	/* service.c: keyed timers */
+int pb_main(int argc, char **argv);	/* peer.c */
+int sc_main(int argc, char **argv);	/* scale.c */
 
 /* Whether to print progress lines: only when stderr is a terminal. */
 extern bool bench_progress_on;

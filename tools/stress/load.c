@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_load.c - the load of kairos-stress and what it checks per timer.
+ * load.c - the load of kairos-stress and what it checks per timer.
  *
  * Each load thread owns the slots [lo, hi) of the table and loops: pick an
  * operation by the mix, pick a slot, call the library, and check the answer
