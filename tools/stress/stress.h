@@ -40,6 +40,10 @@
 
 #include <kairos/kairos.h>
 
+#include "hist.h"
+#include "opt.h"
+#include "rng.h"
+
 #define ST_STR_(x)	#x
 #define ST_STR(x)	ST_STR_(x)
 #define KAIROS_STRESS_VERSION	ST_STR(KAIROS_VERSION_MAJOR) "." ST_STR(KAIROS_VERSION_MINOR) "." \
@@ -136,37 +140,9 @@ struct stress_config {
 	double interval_s;		/* progress lines when stderr is not a terminal */
 	bool quiet;
 	const char *json_path;
+	FILE *json_f;			/* opened before the run */
 	const char *plot_path;
 };
-
-/* ---- lateness histograms ----------------------------------------------- */
-
-/*
- * Log buckets: 16 per power of two, so a percentile read from the bucket
- * bounds is within 1/16 (6%) of the true value.  Bucket b < 16 holds b ns.
- */
-#define LH_SUB_BITS	4
-#define LH_BUCKETS	(64 << LH_SUB_BITS)
-
-struct lhist {
-	_Atomic uint64_t bucket[LH_BUCKETS];
-	_Atomic uint64_t n, max, sum;
-} __attribute__((aligned(ST_ALIGN)));
-
-void lhist_add(struct lhist *h, uint64_t ns);
-unsigned lhist_bucket(uint64_t ns);
-uint64_t lhist_lower(unsigned b);
-uint64_t lhist_upper(unsigned b);
-
-/* A plain copy, for adding up and reading percentiles. */
-struct lsnap {
-	uint64_t bucket[LH_BUCKETS];
-	uint64_t n, max, sum;
-};
-
-void lsnap_add(struct lsnap *dst, const struct lhist *h);
-void lsnap_merge(struct lsnap *dst, const struct lsnap *src);
-uint64_t lsnap_pct(const struct lsnap *s, double q);
 
 /* ---- violations -------------------------------------------------------- */
 
@@ -361,7 +337,7 @@ struct lthread {
 	pthread_t thread __attribute__((aligned(ST_ALIGN)));
 	unsigned no;
 	uint32_t lo, hi;		/* slots [lo, hi) */
-	uint64_t rng;
+	struct rng rng;
 	uint32_t *live, nlive;		/* pending one-shot timers */
 	uint32_t *per, nper, per_target;	/* periodic timers, stopping ones included */
 	uint32_t *fq, fq_head, fq_len;	/* free slots, oldest first (ring of hi - lo) */
@@ -419,7 +395,7 @@ struct qdrainer {
 	int shard;
 	bool destroy_first;		/* destroyed before kairos_destroy() */
 	_Atomic int wind_down;		/* set by the main thread when the load has stopped */
-	uint64_t rng;
+	struct rng rng;
 	uint64_t run_cb;		/* on_timer calls in the current run (this thread) */
 	uint64_t run_empty, take_empty;	/* calls that found nothing */
 	uint64_t polls, polls_ready;	/* poll() on the queue's fd, and how many saw POLLIN */
@@ -490,9 +466,7 @@ extern struct stress S;
 
 /* load.c */
 int load_setup(void);
-uint64_t rng_next(uint64_t *s);
-uint32_t rng_below(uint64_t *s, uint32_t n);
-uint64_t rng_range(uint64_t *s, const struct range_ns *r);
+uint64_t rng_range(struct rng *s, const struct range_ns *r);
 uint64_t service_now(void);
 void count(struct lthread *t, enum api_call a, int rc);
 int rc_class(int rc);
@@ -543,7 +517,7 @@ void fmt_ns(char *buf, size_t len, uint64_t ns);
 void fmt_count(char *buf, size_t len, double v);
 void late_snapshot(struct lsnap *all, struct lsnap *oneshot, struct lsnap *periodic);
 int report_text(FILE *f);
-int report_json(const char *path);
+int report_json(FILE *f);
 int report_plot(const char *path);
 uint64_t rss_kb(const char *field);
 
