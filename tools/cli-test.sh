@@ -38,6 +38,11 @@ bad-value)
 		"$stress" --queue-share=101
 	expect_bad '^kairos-stress: --duration: .* \(1ms\.\.' "$stress" -d 0
 	expect_bad "^kairos-stress: unknown option '--bogus'" "$stress" --bogus
+	expect_bad '^kairos-bench service: --runs: 0 is out of range \(1\.\.1000\)$' \
+		"$bench" service --runs 0
+	expect_bad '^kairos-bench peer: --n: 5 is out of range \(' "$bench" peer --n=5
+	expect_bad '^kairos-bench wheel: --seed: ' "$bench" wheel --seed -1
+	expect_bad "^kairos-bench: unknown mode 'nope'" "$bench" nope
 	expect_bad '^kairos-idle-server: --idle: 0 is out of range \(1\.\.3600000\)$' \
 		"$server" --idle=0
 	expect_bad '^kairos-idle-load: --port: 70000 is out of range \(1\.\.65535\)$' \

@@ -24,7 +24,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -68,11 +67,9 @@ int main(int argc, char **argv)
 		bench_usage(stdout);
 		return 0;
 	}
-	bench_progress_on = isatty(STDERR_FILENO);
 	for (size_t i = 0; i < BENCH_NMODES; i++)
 		if (!strcmp(argv[1], bench_modes[i].name))
 			return bench_modes[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "kairos-bench: unknown mode '%s'\n\n", argv[1]);
-	bench_usage(stderr);
+	fprintf(stderr, "kairos-bench: unknown mode '%s' (see --help)\n", argv[1]);
 	return 2;
 }
