@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_report.c - what kairos-stress says at the end: lateness histograms,
+ * report.c - what kairos-stress says at the end: lateness histograms,
  * the cross-check of kairos_stats() against the tool's own tallies, the text
  * report, the --json file and the --plot SVG (drawn by gnuplot when it is
  * installed).
@@ -18,99 +18,6 @@
 #include "stress.h"
 
 extern char **environ;
-
-/* ---- lateness histograms ------------------------------------------------- */
-
-unsigned lhist_bucket(uint64_t ns)
-{
-	unsigned msb;
-
-	if (ns < (1u << LH_SUB_BITS))
-		return (unsigned)ns;
-	msb = 63u - (unsigned)__builtin_clzll(ns);
-	return (msb - LH_SUB_BITS + 1) << LH_SUB_BITS |
-	       ((unsigned)(ns >> (msb - LH_SUB_BITS)) & ((1u << LH_SUB_BITS) - 1));
-}
-
-uint64_t lhist_lower(unsigned b)
-{
-	unsigned oct = b >> LH_SUB_BITS, sub = b & ((1u << LH_SUB_BITS) - 1);
-
-	if (oct == 0)
-		return sub;
-	return (uint64_t)(sub | 1u << LH_SUB_BITS) << (oct - 1);
-}
-
-uint64_t lhist_upper(unsigned b)
-{
-	unsigned oct = b >> LH_SUB_BITS, sub = b & ((1u << LH_SUB_BITS) - 1);
-
-	if (oct == 0)
-		return sub;
-	if (oct - 1 + LH_SUB_BITS + 1 >= 64 && sub == (1u << LH_SUB_BITS) - 1)
-		return UINT64_MAX;
-	return ((uint64_t)((sub | 1u << LH_SUB_BITS) + 1) << (oct - 1)) - 1;
-}
-
-void lhist_add(struct lhist *h, uint64_t ns)
-{
-	uint64_t max = atomic_load_explicit(&h->max, memory_order_relaxed);
-
-	atomic_fetch_add_explicit(&h->bucket[lhist_bucket(ns)], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&h->n, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&h->sum, ns, memory_order_relaxed);
-	while (ns > max && !atomic_compare_exchange_weak_explicit(&h->max, &max, ns,
-								  memory_order_relaxed,
-								  memory_order_relaxed))
-		;
-}
-
-void lsnap_add(struct lsnap *dst, const struct lhist *h)
-{
-	uint64_t max = atomic_load_explicit(&h->max, memory_order_relaxed);
-
-	for (unsigned b = 0; b < LH_BUCKETS; b++)
-		dst->bucket[b] += atomic_load_explicit(&h->bucket[b], memory_order_relaxed);
-	dst->n += atomic_load_explicit(&h->n, memory_order_relaxed);
-	dst->sum += atomic_load_explicit(&h->sum, memory_order_relaxed);
-	if (max > dst->max)
-		dst->max = max;
-}
-
-void lsnap_merge(struct lsnap *dst, const struct lsnap *src)
-{
-	for (unsigned b = 0; b < LH_BUCKETS; b++)
-		dst->bucket[b] += src->bucket[b];
-	dst->n += src->n;
-	dst->sum += src->sum;
-	if (src->max > dst->max)
-		dst->max = src->max;
-}
-
-/* Quantile @q: the upper bound of its bucket (within 1/16), at most the max. */
-uint64_t lsnap_pct(const struct lsnap *s, double q)
-{
-	uint64_t total = 0, rank, seen = 0;
-
-	for (unsigned b = 0; b < LH_BUCKETS; b++)
-		total += s->bucket[b];
-	if (!total)
-		return 0;
-	if (q >= 1.0)
-		return s->max;
-	rank = (uint64_t)ceil(q * (double)total);
-	if (rank < 1)
-		rank = 1;
-	for (unsigned b = 0; b < LH_BUCKETS; b++) {
-		seen += s->bucket[b];
-		if (seen >= rank) {
-			uint64_t up = lhist_upper(b);
-
-			return up < s->max ? up : s->max;
-		}
-	}
-	return s->max;
-}
 
 void late_snapshot(struct lsnap *all, struct lsnap *oneshot, struct lsnap *periodic)
 {
@@ -569,6 +476,7 @@ static void print_keys(FILE *f, const struct tally *t)
 int report_text(FILE *f)
 {
 	const struct stress_config *c = &S.cfg;
+	char seed[19];
 	uint64_t totals[A_N] = { 0 }, rc[A_N][RC_N] = { { 0 } }, stale[A_N] = { 0 }, all = 0;
 	uint64_t oneshot, periodic, periods, drained, nviol = violations_total();
 	struct lsnap *la = malloc(3 * sizeof(*la)), *lo, *lp;
@@ -591,8 +499,10 @@ int report_text(FILE *f)
 				rc[a][r] += S.th[i].rc[a][r];
 		}
 
-	fprintf(f, "\nkairos-stress: %.1f s of load%s, %u threads, %" PRIu32 " timers, seed %" PRIu64 "\n",
-		S.elapsed_s, S.interrupted ? " (interrupted)" : "", c->threads, c->timers, c->seed);
+	opt_seed_str(seed, c->seed);
+	fprintf(f, "\nkairos-stress: %.1f s of load%s, %u threads, %" PRIu32 " timers, seed %s\n",
+		S.elapsed_s, S.interrupted ? " (interrupted by a signal)" : "", c->threads, c->timers,
+		seed);
 	fmt_ns(b1, sizeof(b1), c->tick_ns);
 	fprintf(f, "service: %u shards, %s delivery%s, tick %s, backend %s\n", S.nshards,
 		c->delivery == KAIROS_DELIVER_INLINE ? "inline" : "worker",
@@ -825,6 +735,7 @@ static void jw_late(struct jw *w, const char *key, const struct lsnap *s)
 static void jw_config(struct jw *w)
 {
 	const struct stress_config *c = &S.cfg;
+	char seed[19];
 
 	jw_open(w, "config", '{');
 	jw_dbl(w, "duration_s", c->duration_s);
@@ -847,7 +758,9 @@ static void jw_config(struct jw *w)
 	jw_u64(w, "fill_pct", c->fill_pct);
 	jw_u64(w, "rate", c->rate);
 	jw_u64(w, "max_late_ns", c->max_late_ns);
-	jw_u64(w, "seed", c->seed);
+	/* A string: a JSON number is a double, which cannot hold every seed. */
+	opt_seed_str(seed, c->seed);
+	jw_s(w, "seed", seed);
 	jw_u64(w, "queues", c->queues);
 	jw_u64(w, "queue_share_pct", c->queue_pct);
 	jw_s(w, "queue_destroy", queue_end_names[c->queue_end]);
@@ -961,9 +874,8 @@ static void jw_library(struct jw *w, const char *key, const struct kairos_stats 
 	jw_close(w, '}');
 }
 
-int report_json(const char *path)
+int report_json(FILE *f)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
 	struct jw w = { .f = f };
 	uint64_t totals[A_N] = { 0 }, rc[A_N][RC_N] = { { 0 } }, stale[A_N] = { 0 }, all = 0;
 	uint64_t oneshot, periodic, periods, drained, nviol = violations_total();
@@ -972,11 +884,8 @@ int report_json(const char *path)
 	struct tally t;
 	int err = 0;
 
-	if (!f || !la) {
-		err = f ? -ENOMEM : -errno;
-		free(la);
-		return err;
-	}
+	if (!la)
+		return -ENOMEM;
 	late_snapshot(la, la + 1, la + 2);
 	tally_sum(&t);
 	cb_sum(&oneshot, &periodic, &periods, &drained);

@@ -87,6 +87,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "opt.h"
+#include "rng.h"
+
 #define MS		1000000ull
 #define MAXEV		4096	/* a turn that fills this is not a full look */
 #define CONNECTING_MAX	256	/* connects in flight at once */
@@ -171,16 +174,6 @@ static void die(const char *what, int err)
 {
 	fprintf(stderr, "kairos-idle-load: %s: %s\n", what, strerror(err));
 	exit(2);
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	/* splitmix64: reproducible from --seed. */
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 static void fifo_push(struct fifo *f, uint32_t i, uint64_t due)
@@ -386,99 +379,95 @@ static int cmp_i64(const void *a, const void *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kairos-idle-load --port N [options]\n"
-		"  --port N        the server's port on 127.0.0.1 (required)\n"
-		"  --conns C       connections (default 2000)\n"
-		"  --idle-frac F   fraction that falls idle (default 0.1)\n"
-		"  --interval MS   busy connections send every MS ms (default 100)\n"
-		"  --idle MS       the server's idle timeout T (default 1000)\n"
-		"  --slack MS      allowed lateness of a close (default 51: 1 tick + 50)\n"
-		"  --duration S    run time in seconds (default 5)\n"
-		"  --seed X        random seed (default 1)\n"
+		"usage: kairos-idle-load --port N [options]   (--opt N or --opt=N)\n"
+		"  --port N        the server's port on 127.0.0.1 (1..65535, required)\n"
+		"  --conns C       connections (1..1000000, default 2000)\n"
+		"  --idle-frac F   fraction that falls idle (0..1, default 0.1)\n"
+		"  --interval MS   busy connections send every MS ms (1..3600000,\n"
+		"                  at most half of --idle; default 100)\n"
+		"  --idle MS       the server's idle timeout T (1..3600000, default 1000)\n"
+		"  --slack MS      allowed lateness of a close (0..3600000, default 51:\n"
+		"                  1 tick + 50)\n"
+		"  --duration S    run time in seconds (1..86400, default 5)\n"
+		"  --seed X        random seed (0..2^64-1, decimal or 0x..., default 1)\n"
 		"  --sources N     spread connections over source addresses 127.0.0.1\n"
-		"                  to 127.0.0.N (default: one per 10000 connections)\n"
+		"                  to 127.0.0.N (1..254; default: one per 10000 connections)\n"
 		"  --race-frac F   fraction of the idle connections that close themselves\n"
 		"                  within a millisecond or two of T, racing the server's\n"
-		"                  timer: either side may close first (default 0)\n"
+		"                  timer: either side may close first (0..1, default 0)\n"
 		"  --quit-server   send QUIT to the server at the end\n");
-}
-
-static unsigned long num(const char *opt, const char *s, unsigned long max)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s ? s : "", &end, 0);
-	if (!s || errno || *end || end == s || v > max) {
-		fprintf(stderr, "kairos-idle-load: bad value for %s\n", opt);
-		exit(2);
-	}
-	return v;
 }
 
 static void parse(int argc, char **argv, struct opts *o)
 {
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "conns", required_argument, NULL, 'c' },
+		{ "idle-frac", required_argument, NULL, 'f' },
+		{ "race-frac", required_argument, NULL, 'r' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "idle", required_argument, NULL, 'I' },
+		{ "slack", required_argument, NULL, 'S' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "sources", required_argument, NULL, 'a' },
+		{ "quit-server", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
 	*o = (struct opts){ .conns = 2000, .idle_frac = 0.1, .interval_ms = 100,
 			    .idle_ms = 1000, .slack_ms = 51, .duration_s = 5, .seed = 1 };
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--port")) {
-			o->port = (unsigned)num(a, v, 65535), i++;
-		} else if (!strcmp(a, "--conns")) {
-			o->conns = num(a, v, 1000000), i++;
-		} else if (!strcmp(a, "--idle-frac")) {
-			char *end;
-
-			o->idle_frac = v ? strtod(v, &end) : -1;
-			if (!v || *end || !(o->idle_frac >= 0 && o->idle_frac <= 1)) {
-				fprintf(stderr, "kairos-idle-load: bad value for %s\n", a);
-				exit(2);
-			}
-			i++;
-		} else if (!strcmp(a, "--race-frac")) {
-			char *end;
-
-			o->race_frac = v ? strtod(v, &end) : -1;
-			if (!v || *end || !(o->race_frac >= 0 && o->race_frac <= 1)) {
-				fprintf(stderr, "kairos-idle-load: bad value for %s\n", a);
-				exit(2);
-			}
-			i++;
-		} else if (!strcmp(a, "--interval")) {
-			o->interval_ms = num(a, v, 3600000), i++;
-		} else if (!strcmp(a, "--idle")) {
-			o->idle_ms = num(a, v, 3600000), i++;
-		} else if (!strcmp(a, "--slack")) {
-			o->slack_ms = num(a, v, 3600000), i++;
-		} else if (!strcmp(a, "--duration")) {
-			o->duration_s = num(a, v, 86400), i++;
-		} else if (!strcmp(a, "--seed")) {
-			o->seed = num(a, v, ULONG_MAX), i++;
-		} else if (!strcmp(a, "--sources")) {
-			o->sources = num(a, v, 254), i++;
-		} else if (!strcmp(a, "--quit-server")) {
+	opt_prog = "kairos-idle-load";
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		switch (c) {
+		case 'p':
+			o->port = (unsigned)opt_u64("--port", optarg, 1, 65535);
+			break;
+		case 'c':
+			o->conns = opt_u64("--conns", optarg, 1, 1000000);
+			break;
+		case 'f':
+			o->idle_frac = opt_double("--idle-frac", optarg, 0, 1);
+			break;
+		case 'r':
+			o->race_frac = opt_double("--race-frac", optarg, 0, 1);
+			break;
+		case 'i':
+			o->interval_ms = opt_u64("--interval", optarg, 1, 3600000);
+			break;
+		case 'I':
+			o->idle_ms = opt_u64("--idle", optarg, 1, 3600000);
+			break;
+		case 'S':
+			o->slack_ms = opt_u64("--slack", optarg, 0, 3600000);
+			break;
+		case 'd':
+			o->duration_s = opt_u64("--duration", optarg, 1, 86400);
+			break;
+		case 's':
+			o->seed = opt_seed("--seed", optarg);
+			break;
+		case 'a':
+			o->sources = opt_u64("--sources", optarg, 1, 254);
+			break;
+		case 'q':
 			o->quit_server = true;
-		} else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			break;
+		case 'h':
 			usage(stdout);
 			exit(0);
-		} else {
-			usage(stderr);
-			exit(2);
 		}
 	}
-	if (!o->port || !o->conns || !o->interval_ms || !o->idle_ms || !o->duration_s) {
-		usage(stderr);
-		exit(2);
-	}
+	if (!o->port)
+		opt_fail(NULL, "--port is required (1..65535)");
 	if (!o->sources)
 		o->sources = (o->conns + 9999) / 10000;
 	/* Busy connections must send well within T, or they time out too. */
-	if (o->interval_ms * 2 > o->idle_ms) {
-		fprintf(stderr, "kairos-idle-load: --interval must be at most half of --idle\n");
-		exit(2);
-	}
+	if (o->interval_ms * 2 > o->idle_ms)
+		opt_fail("--interval", "%lu is over half of --idle (%lu)", o->interval_ms,
+			 o->idle_ms);
 }
 
 static void raise_nofile(unsigned long need)
@@ -689,7 +678,8 @@ int main(int argc, char **argv)
 	struct fifo q;
 	struct cpu cpu0, cpu1;
 	struct rusage ru;
-	uint64_t rng, t_start, t_end, window_ns, *pick, stalls = 0, sends = 0;
+	struct rng rng;
+	uint64_t t_start, t_end, window_ns, *pick, stalls = 0, sends = 0;
 	uint64_t sent = 0, echoed = 0;
 	unsigned long nidle, nracers, next_open = 0, connecting = 0, nopened = 0;
 	uint64_t stall_max = 0, stall_limit, stall;
@@ -732,7 +722,7 @@ int main(int argc, char **argv)
 		die("calloc", ENOMEM);
 
 	/* Exactly round(F * C) idle connections, chosen by a partial shuffle. */
-	rng = o.seed;
+	rng.s = o.seed;
 	nidle = (unsigned long)(o.idle_frac * (double)o.conns + 0.5);
 	for (unsigned long i = 0; i < o.conns; i++) {
 		cs[i].fd = -1;

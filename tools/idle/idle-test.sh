@@ -75,7 +75,7 @@ fail() {
 run_once() {
 	# --duration is a safety net: the client's QUIT normally ends it.
 	shown=
-	"$server" --idle $((idle_ms + server_late_ms)) --duration $((duration + 30)) \
+	"$server" --idle=$((idle_ms + server_late_ms)) --duration=$((duration + 30)) \
 		>"$dir/server.out" 2>"$dir/server.err" &
 	spid=$!
 
@@ -93,8 +93,8 @@ run_once() {
 		"(KAIROS_BACKEND=${KAIROS_BACKEND:-auto})"
 
 	# In the background, so that a signal to this script is handled now.
-	"$load" --port "$port" --conns "$conns" --idle "$idle_ms" --interval 50 \
-		--idle-frac 0.2 --race-frac 0.5 \
+	"$load" --port "$port" --conns "$conns" --idle="$idle_ms" --interval=50 \
+		--idle-frac=0.2 --race-frac 0.5 \
 		--duration "$duration" --slack "$slack_ms" --quit-server "$@" \
 		>"$dir/load.out" 2>&1 &
 	lpid=$!

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_load.c - the load of kairos-stress and what it checks per timer.
+ * load.c - the load of kairos-stress and what it checks per timer.
  *
  * Each load thread owns the slots [lo, hi) of the table and loops: pick an
  * operation by the mix, pick a slot, call the library, and check the answer
@@ -150,24 +150,8 @@ uint64_t service_now(void)
 	return t;
 }
 
-/* ---- the generator (splitmix64) ----------------------------------------- */
-
-uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, @n) by multiply-shift; @n > 0. */
-uint32_t rng_below(uint64_t *s, uint32_t n)
-{
-	return (uint32_t)(((rng_next(s) >> 32) * n) >> 32);
-}
-
-uint64_t rng_range(uint64_t *s, const struct range_ns *r)
+/* A delay drawn from @r, inclusive. */
+uint64_t rng_range(struct rng *s, const struct range_ns *r)
 {
 	if (r->hi <= r->lo)
 		return r->lo;
@@ -1334,7 +1318,7 @@ int load_setup(void)
 		t->lo = lo;
 		t->hi = lo + n;
 		lo += n;
-		t->rng = S.cfg.seed ^ (UINT64_C(0x5851f42d4c957f2d) * (i + 1));
+		t->rng.s = S.cfg.seed ^ (UINT64_C(0x5851f42d4c957f2d) * (i + 1));
 		t->per_target = pper + (i < pextra);
 		t->live = malloc(sizeof(*t->live) * n);
 		t->per = malloc(sizeof(*t->per) * n);
@@ -1539,7 +1523,7 @@ int queues_setup(void)
 		struct qdrainer *d = &S.qd[i];
 
 		d->no = i;
-		d->rng = S.cfg.seed ^ (UINT64_C(0x2545f4914f6cdd1d) * (i + 1));
+		d->rng.s = S.cfg.seed ^ (UINT64_C(0x2545f4914f6cdd1d) * (i + 1));
 		d->destroy_first = S.cfg.queue_end == QE_BEFORE ||
 				   (S.cfg.queue_end == QE_MIXED && (i & 1));
 		rc = kairos_queue_create(S.k, &d->q);

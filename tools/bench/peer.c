@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_peer.c - kairos-bench mode "peer".
+ * peer.c - kairos-bench mode "peer".
  *
  *	kairos-bench peer [options]
  *
@@ -124,11 +124,9 @@
  * peer costs more (or is later) than kairos.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -173,7 +171,6 @@
 #define PB_SLACK	2048u		/* churn: pending stays within N + this */
 #define PB_FD_RESERVE	128u		/* fds left for everything but the timers */
 #define PB_MAX_N	10000000u
-#define PB_MAX_SIZES	8
 #define PB_BIG_N	1000000u	/* from here, fewer runs by default */
 #define PB_BIG_RUNS	3u
 #define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
@@ -1271,12 +1268,12 @@ static void pb_lists_free(struct pb_lists *l)
 	pb_lat_fired = NULL;
 }
 
-static uint64_t pb_far_delay(struct bench_rng *r)
+static uint64_t pb_far_delay(struct rng *r)
 {
 	return PB_FAR_MIN + rng_next(r) % PB_FAR_SPAN;
 }
 
-static void pb_lists_fill(struct pb_lists *l, struct bench_rng *r)
+static void pb_lists_fill(struct pb_lists *l, struct rng *r)
 {
 	size_t n = l->n;
 
@@ -1387,7 +1384,7 @@ static void pb_lat_job(void *arg)
 /* The churn: its state lives across the loop iterations it runs in. */
 struct pb_mix {
 	const struct pb_impl *im;
-	struct bench_rng r;
+	struct rng r;
 	uint32_t *pool;
 	uint32_t *spare;
 	uint32_t count;		/* pending */
@@ -1663,7 +1660,7 @@ static void pb_floors_free(struct pb_floors *f)
 }
 
 /* One run's floors, in a fresh random order drawn from @r. */
-static void pb_floors_measure(struct pb_floors *f, struct bench_rng *r, size_t n,
+static void pb_floors_measure(struct pb_floors *f, struct rng *r, size_t n,
 			      const char *label, double *out)
 {
 	bench_progress("kairos-bench peer: N=%zu %s: floors", n, label);
@@ -1678,12 +1675,7 @@ static void pb_floors_measure(struct pb_floors *f, struct bench_rng *r, size_t n
  */
 
 struct pb_opts {
-	size_t sizes[PB_MAX_SIZES];
-	unsigned int nsizes;
-	unsigned int runs;	/* 0: the default (5, fewer from PB_BIG_N) */
-	uint64_t seed;
-	bool markdown;
-	bool raw;
+	struct bench_opts b;	/* runs 0: the default (5, fewer from PB_BIG_N) */
 	const char *plot;
 	bool only[PB_NIMPL];
 	bool only_set;
@@ -1751,7 +1743,7 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 	pb_floors_alloc(&f, s->n);
 	s->floor_n = f.n;
 	for (unsigned run = 0; run < s->runs; run++) {
-		struct bench_rng r = { o->seed };
+		struct rng r = { o->b.seed };
 		char label[32];
 
 		snprintf(label, sizeof(label), "run %u/%u", run + 1, s->runs);
@@ -1772,7 +1764,7 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (s->state[i] != PB_OK)
 			continue;
-		if (o->raw) {
+		if (o->b.raw) {
 			printf("kairos-bench peer: N=%zu %s, each run's values\n", s->n,
 			       pb_impls[i]->name);
 			for (int row = 0; row < PB_NROWS; row++) {
@@ -1795,12 +1787,12 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 			s->v[i][row] = bench_aggregate(pb_rows[row].agg, sample, s->runs);
 		}
 	}
-	if (o->raw)
+	if (o->b.raw)
 		printf("kairos-bench peer: N=%zu floors, each run's values (ns/op)\n", s->n);
 	for (int k = 0; k < PB_NFLOORS; k++) {
 		for (unsigned run = 0; run < s->runs; run++)
 			sample[run] = fv[run][k];
-		if (o->raw) {
+		if (o->b.raw) {
 			printf("%-44s", pb_floor_names[k]);
 			for (unsigned run = 0; run < s->runs; run++)
 				printf(" %10.1f", sample[run]);
@@ -1808,7 +1800,7 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 		}
 		s->floor[k] = bench_median(sample, s->runs);
 	}
-	if (o->raw)
+	if (o->b.raw)
 		printf("\n");
 	pb_floors_free(&f);
 	pb_lists_free(&l);
@@ -1871,10 +1863,10 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 			if (x > 0)
 				snprintf(ratio, sizeof(ratio), " (%.2fx)", x / k);
 			if (!any)
-				printf("%s", o->markdown ? "Where kairos is not ahead:\n\n" :
+				printf("%s", o->b.markdown ? "Where kairos is not ahead:\n\n" :
 				       "where kairos is not ahead:\n");
 			if (first)
-				printf("%s%s:", o->markdown ? "- " : "  ", ri->name);
+				printf("%s%s:", o->b.markdown ? "- " : "  ", ri->name);
 			printf("%s %s %.*f%s%s", first ? "" : ",", pb_impls[i]->name, ri->prec,
 			       x, ratio,
 			       (row == PB_LAT_P50 || row == PB_LAT_P99 || row == PB_LAT_MAX) &&
@@ -1893,14 +1885,14 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
 {
 	printf("%sfloors: one atomic CAS per op on a random record of %zu (64 B each, one "
-	       "array, a precomputed random order; medians):\n", o->markdown ? "\n" : "",
+	       "array, a precomputed random order; medians):\n", o->b.markdown ? "\n" : "",
 	       s->floor_n);
-	if (o->markdown)
+	if (o->b.markdown)
 		printf("\n");
 	for (int k = 0; k < PB_NFLOORS; k++)
-		printf(o->markdown ? "- %s: %.1f ns/op\n" : "  %-44s %8.1f ns/op\n",
+		printf(o->b.markdown ? "- %s: %.1f ns/op\n" : "  %-44s %8.1f ns/op\n",
 		       pb_floor_names[k], s->floor[k]);
-	if (o->markdown)
+	if (o->b.markdown)
 		printf("\n");
 }
 
@@ -1909,10 +1901,10 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 	bool ratios = s->state[0] == PB_OK;
 	char cell[48];
 
-	if (o->markdown) {
+	if (o->b.markdown) {
 		printf("**kairos-bench peer**: N=%zu pending, runs=%u, lateness timers=%u, "
 		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n\n", s->n, s->runs,
-		       s->lat, o->seed);
+		       s->lat, o->b.seed);
 		printf("| row | unit |");
 		for (size_t i = 0; i < PB_NIMPL; i++)
 			if (pb_column(o, i))
@@ -1925,7 +1917,7 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 	} else {
 		printf("kairos-bench peer: N=%zu pending, runs=%u, lateness timers=%u, "
 		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n", s->n, s->runs,
-		       s->lat, o->seed);
+		       s->lat, o->b.seed);
 		printf("%-20s %-10s", "row", "unit");
 		for (size_t i = 0; i < PB_NIMPL; i++)
 			if (pb_column(o, i))
@@ -1933,7 +1925,7 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 		printf("\n");
 	}
 	for (int row = 0; row < PB_NROWS; row++) {
-		if (o->markdown)
+		if (o->b.markdown)
 			printf("| %s | %s |", pb_rows[row].name, pb_rows[row].unit);
 		else
 			printf("%-20s %-10s", pb_rows[row].name, pb_rows[row].unit);
@@ -1941,14 +1933,14 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 			if (!pb_column(o, i))
 				continue;
 			pb_cell(cell, sizeof(cell), s, i, row, ratios);
-			if (o->markdown)
+			if (o->b.markdown)
 				printf(" %s |", cell);
 			else
 				printf(" %17s", cell);
 		}
 		printf("\n");
 	}
-	if (o->markdown)
+	if (o->b.markdown)
 		printf("\n");
 	pb_print_floors(o, s);
 	for (size_t i = 0; i < PB_NIMPL; i++)
@@ -2028,7 +2020,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 		bool first = true;
 
 		fprintf(f, "$d%zu << EOD\n", p);
-		for (unsigned s = 0; s < o->nsizes; s++) {
+		for (unsigned s = 0; s < o->b.nsizes; s++) {
 			fprintf(f, "%zu", sizes[s].n);
 			for (size_t i = 0; i < PB_NIMPL; i++) {
 				if (!pb_column(o, i))
@@ -2073,7 +2065,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 
 static void pb_print_legend(const struct pb_opts *o)
 {
-	const char *pre = o->markdown ? "" : "# ";
+	const char *pre = o->b.markdown ? "" : "# ";
 	char buf[512];
 
 	bench_machine(buf, sizeof(buf));
@@ -2176,10 +2168,8 @@ static void pb_usage(FILE *f)
 		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N);
 }
 
-/* A bad argument: the message, the usage, and exit status 2. */
-#define pb_bad_arg(...)	bench_bad_arg("peer", pb_usage, __VA_ARGS__)
 
-static int pb_parse_only(struct pb_opts *o, const char *arg)
+static void pb_parse_only(struct pb_opts *o, const char *arg)
 {
 	const char *p = arg;
 
@@ -2191,7 +2181,7 @@ static int pb_parse_only(struct pb_opts *o, const char *arg)
 			if (strlen(pb_impls[i]->name) == len && !strncmp(p, pb_impls[i]->name, len))
 				break;
 		if (i == PB_NIMPL)
-			return pb_bad_arg("unknown name '%.*s' in --only", (int)len, p);
+			opt_fail("--only", "unknown name '%.*s'", (int)len, p);
 		if (pb_impls[i]->missing)
 			fprintf(stderr, "kairos-bench peer: %s: %s\n", pb_impls[i]->name,
 				pb_impls[i]->missing);
@@ -2200,7 +2190,6 @@ static int pb_parse_only(struct pb_opts *o, const char *arg)
 		if (*p == ',')
 			p++;
 	}
-	return 0;
 }
 
 /* The default sizes: where one timerfd per timer fits, then 1e5 and 1e6. */
@@ -2214,93 +2203,64 @@ static void pb_default_sizes(struct pb_opts *o)
 		n = cap > PB_SLACK + PB_LAT_FD_TIMERS ? cap - PB_SLACK - PB_LAT_FD_TIMERS : 0;
 		n = n / 1000 * 1000;
 		if (n >= 1000 && n < 100000)
-			o->sizes[o->nsizes++] = n;
+			o->b.sizes[o->b.nsizes++] = n;
 		break;
 	}
-	o->sizes[o->nsizes++] = 100000;
-	o->sizes[o->nsizes++] = 1000000;
+	o->b.sizes[o->b.nsizes++] = 100000;
+	o->b.sizes[o->b.nsizes++] = 1000000;
 }
 
 /* @argv[0] is "peer". */
 int pb_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "n", required_argument, NULL, 'n' },
-		{ "runs", required_argument, NULL, 'r' },
-		{ "seed", required_argument, NULL, 's' },
+		BENCH_OPT_N, BENCH_OPT_RUNS, BENCH_OPT_SEED, BENCH_OPT_MARKDOWN, BENCH_OPT_RAW,
+		BENCH_OPT_HELP,
 		{ "only", required_argument, NULL, 'o' },
-		{ "markdown", no_argument, NULL, 'm' },
 		{ "plot", required_argument, NULL, 'p' },
-		{ "raw", no_argument, NULL, 'R' },
 		{ "pin", required_argument, NULL, 'P' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct pb_opts o = { .seed = 1 };
+	struct pb_opts o = { .b = { .seed = 1 } };
 	struct pb_size *sizes;
 	bool any = false;
-	uint64_t v;
 	int c;
 
-	opterr = 0;	/* our messages, not getopt's */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	bench_opt_start("peer");
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		if (bench_opt(c, &o.b, 1000, PB_MAX_N))
+			continue;
 		switch (c) {
-		case 'n':
-			if (bench_parse_u64(optarg, 1000, PB_MAX_N, &v) != 0)
-				return pb_bad_arg("bad --n '%s' (1000..%u)", optarg, PB_MAX_N);
-			if (o.nsizes == PB_MAX_SIZES)
-				return pb_bad_arg("too many --n (at most %d), at '%s'", PB_MAX_SIZES,
-						  optarg);
-			o.sizes[o.nsizes++] = (size_t)v;
-			break;
-		case 'r':
-			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
-				return pb_bad_arg("bad --runs '%s' (1..1000)", optarg);
-			o.runs = (unsigned int)v;
-			break;
-		case 's':
-			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
-				return pb_bad_arg("bad --seed '%s'", optarg);
-			o.seed = v;
-			break;
 		case 'o':
-			if (pb_parse_only(&o, optarg) != 0)
-				return 2;
-			break;
-		case 'm':
-			o.markdown = true;
+			pb_parse_only(&o, optarg);
 			break;
 		case 'p':
-			if (!*optarg)
-				return pb_bad_arg("empty --plot file name");
 			o.plot = optarg;
 			break;
-		case 'R':
-			o.raw = true;
-			break;
 		case 'P':
-			if (bench_parse_u64(optarg, 0, CPU_SETSIZE - 1, &v) != 0)
-				return pb_bad_arg("bad --pin '%s' (a CPU number)", optarg);
-			pb_pin_cpu = (int)v;
+			pb_pin_cpu = (int)opt_u64("--pin", optarg, 0, CPU_SETSIZE - 1);
 			break;
 		case 'h':
 			pb_usage(stdout);
 			return 0;
-		default:
-			return pb_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		return pb_bad_arg("unexpected argument '%s'", argv[optind]);
+	/* Opened now, so that a path that cannot be written fails before the run. */
+	if (o.plot) {
+		FILE *f = opt_open_out("--plot", o.plot);
+
+		if (f == stdout)
+			opt_fail("--plot", "'-': gnuplot writes a file, not stdout");
+		fclose(f);
+	}
 	for (size_t i = 0; i < PB_NIMPL; i++)
 		any |= pb_column(&o, i);
 	if (!any)
-		return pb_bad_arg("nothing to measure: every column asked for is not built");
+		opt_fail("--only", "nothing to measure: every column asked for is not built");
 	pt_raise_nofile();
 	pb_main_tid = gettid();
 	pb_pin_init();
-	if (!o.nsizes)
+	if (!o.b.nsizes)
 		pb_default_sizes(&o);
 
 #ifndef __OPTIMIZE__
@@ -2308,13 +2268,13 @@ int pb_main(int argc, char **argv)
 	       "numbers are not representative\n\n");
 #endif
 	pb_print_legend(&o);
-	sizes = bench_alloc(o.nsizes * sizeof(*sizes));
-	for (unsigned s = 0; s < o.nsizes; s++) {
+	sizes = bench_alloc(o.b.nsizes * sizeof(*sizes));
+	for (unsigned s = 0; s < o.b.nsizes; s++) {
 		struct pb_size *sz = &sizes[s];
 
-		sz->n = o.sizes[s];
+		sz->n = o.b.sizes[s];
 		sz->lat = pb_lat_for(&o, sz->n);
-		sz->runs = o.runs ? o.runs : sz->n >= PB_BIG_N ? PB_BIG_RUNS : 5;
+		sz->runs = o.b.runs ? o.b.runs : sz->n >= PB_BIG_N ? PB_BIG_RUNS : 5;
 		for (size_t i = 0; i < PB_NIMPL; i++)
 			sz->state[i] = !pb_column(&o, i) ? PB_OFF :
 				       pb_fits(i, sz->n, sz->lat) ? PB_OK : PB_NOFD;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_wheel.c - kairos-bench mode "wheel".
+ * wheel.c - kairos-bench mode "wheel".
  *
  *	kairos-bench wheel [options]
  *
@@ -56,7 +56,6 @@
  * wheel against heap and both invariant checkers after every phase.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -458,7 +457,6 @@ static const struct bench_queue_ops bq_heap = {
 #define WB_PUSH		1000u	/* pushes move U[1, WB_PUSH] ticks */
 #define WB_GOAL_N	1000000u	/* the N the goals are set at */
 #define WB_MAX_N	100000000u	/* indices are uint32_t; memory runs out first */
-#define WB_MAX_SIZES	8
 
 /* Table order.  The phases run in another order: see wb_run_queue(). */
 enum wb_phase {
@@ -497,15 +495,9 @@ static const struct bench_queue_ops *const wb_queues[WB_NQUEUES] = {
 };
 
 struct wb_opts {
-	size_t sizes[WB_MAX_SIZES];
-	unsigned int nsizes;
-	unsigned int runs;
-	unsigned int warmup;
-	uint64_t seed;
+	struct bench_opts b;
 	double slack_pct;	/* each timer's slack, % of its delay; 0: exact */
-	bool markdown;
 	bool verify;
-	bool raw;
 };
 
 /*
@@ -575,7 +567,7 @@ static uint32_t wb_slack(uint64_t deadline, double pct)
 static void wb_workload_generate(struct wb_workload *wl, uint64_t seed, unsigned int run,
 				 double slack_pct)
 {
-	struct bench_rng r = { seed };
+	struct rng r = { seed };
 	size_t n = wl->n;
 
 	r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ run;
@@ -876,7 +868,7 @@ static void wb_print_row(const struct wb_opts *o, const char *op, double a, doub
 {
 	double ratio = b / a;
 
-	if (o->markdown)
+	if (o->b.markdown)
 		printf("| %s | %.*f | %.*f | %.2fx | %s |\n", op, prec, a, prec, b, ratio, goal);
 	else
 		printf("%-15s %9.*f %9.*f %10.2fx  %s\n", op, prec, a, prec, b, ratio, goal);
@@ -888,14 +880,14 @@ static void wb_print_table(const struct wb_opts *o, size_t n, double med[WB_NQUE
 	char goal[32], ratio[32], slack[32];
 
 	wb_slack_tag(slack, sizeof(slack), o);
-	if (o->markdown) {
+	if (o->b.markdown) {
 		printf("**kairos-bench wheel**: N=%zu runs=%u seed=%" PRIu64
-		       "%s (median ns per op)\n\n", n, o->runs, o->seed, slack);
+		       "%s (median ns per op)\n\n", n, o->b.runs, o->b.seed, slack);
 		printf("| op | %s | %s | %s/%s | goal |\n", a, b, b, a);
 		printf("|---|---:|---:|---:|---|\n");
 	} else {
 		printf("kairos-bench wheel: N=%zu runs=%u seed=%" PRIu64
-		       "%s (median ns per op)\n", n, o->runs, o->seed, slack);
+		       "%s (median ns per op)\n", n, o->b.runs, o->b.seed, slack);
 		snprintf(ratio, sizeof(ratio), "%s/%s", b, a);
 		printf("%-15s %9s %9s %11s  %s\n", "op", a, b, ratio, "goal");
 	}
@@ -913,7 +905,7 @@ static void wb_print_table(const struct wb_opts *o, size_t n, double med[WB_NQUE
 /* Once, above the tables: what the rows mean, so a pasted table explains itself. */
 static void wb_print_legend(const struct wb_opts *o)
 {
-	const char *pre = o->markdown ? "" : "# ";
+	const char *pre = o->b.markdown ? "" : "# ";
 	char slack[64] = "slack 0";
 
 	if (o->slack_pct > 0)
@@ -938,7 +930,7 @@ static void wb_print_raw(const struct wb_opts *o, size_t n,
 	for (unsigned int qi = 0; qi < WB_NQUEUES; qi++) {
 		for (int p = 0; p < WB_NPHASES; p++) {
 			printf("%-6s %-15s", wb_queues[qi]->name, wb_phases[p].name);
-			for (unsigned int run = 0; run < o->runs; run++)
+			for (unsigned int run = 0; run < o->b.runs; run++)
 				printf(" %8.1f", ns[run][p][qi]);
 			printf("\n");
 		}
@@ -950,10 +942,10 @@ static void wb_bench_size(const struct wb_opts *o, size_t n)
 {
 	double (*ns)[WB_NPHASES][WB_NQUEUES];	/* [run][phase][queue] */
 	double med[WB_NQUEUES][WB_NPHASES];
-	double *sample = bench_alloc(o->runs * sizeof(double));
+	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	struct wb_workload wl;
 
-	ns = bench_alloc(o->runs * sizeof(*ns));
+	ns = bench_alloc(o->b.runs * sizeof(*ns));
 	wb_workload_alloc(&wl, n, o->slack_pct > 0);
 	/*
 	 * Warm-up runs come first and are thrown away: the first run of each
@@ -961,16 +953,16 @@ static void wb_bench_size(const struct wb_opts *o, size_t n)
 	 * and under a hypervisor from the host), which no long-running server
 	 * sees.  Runs are numbered from the first timed one.
 	 */
-	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int r = run < 0 ? (unsigned int)(run + (int)o->warmup) : (unsigned int)run;
+	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
+		unsigned int r = run < 0 ? (unsigned int)(run + (int)o->b.warmup) : (unsigned int)run;
 		double one[WB_NPHASES];
 		char label[48];
 
 		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run",
-			 r + 1, run < 0 ? o->warmup : o->runs);
+			 r + 1, run < 0 ? o->b.warmup : o->b.runs);
 		bench_progress("kairos-bench wheel: N=%zu %s generating workload", n, label);
 		/* Warm-ups use other workloads than the timed runs. */
-		wb_workload_generate(&wl, o->seed, run < 0 ? UINT32_MAX - r : r, o->slack_pct);
+		wb_workload_generate(&wl, o->b.seed, run < 0 ? UINT32_MAX - r : r, o->slack_pct);
 		/* Take turns going first, so neither always meets a cold cache. */
 		for (unsigned int k = 0; k < WB_NQUEUES; k++) {
 			unsigned int qi = (r + k) % WB_NQUEUES;
@@ -981,13 +973,13 @@ static void wb_bench_size(const struct wb_opts *o, size_t n)
 		}
 	}
 	bench_progress_done();
-	if (o->raw)
+	if (o->b.raw)
 		wb_print_raw(o, n, ns);
 	for (unsigned int qi = 0; qi < WB_NQUEUES; qi++) {
 		for (int p = 0; p < WB_NPHASES; p++) {
-			for (unsigned int run = 0; run < o->runs; run++)
+			for (unsigned int run = 0; run < o->b.runs; run++)
 				sample[run] = ns[run][p][qi];
-			med[qi][p] = bench_median(sample, o->runs);
+			med[qi][p] = bench_median(sample, o->b.runs);
 		}
 	}
 	wb_print_table(o, n, med);
@@ -1009,7 +1001,7 @@ static void wb_bench_size(const struct wb_opts *o, size_t n)
 #define WB_VERIFY_STEPS	200000u
 
 /* Delays spanning every level: mostly short, some far, a few vast. */
-static uint64_t wb_verify_delay(struct bench_rng *r)
+static uint64_t wb_verify_delay(struct rng *r)
 {
 	uint32_t p = rng_below(r, 100);
 
@@ -1022,7 +1014,7 @@ static uint64_t wb_verify_delay(struct bench_rng *r)
 	return rng_next(r) % ((UINT64_C(1) << 50) + 1);
 }
 
-static uint64_t wb_verify_deadline(struct bench_rng *r, uint64_t now)
+static uint64_t wb_verify_deadline(struct rng *r, uint64_t now)
 {
 	/* The far end of time: must neither fire early nor overflow. */
 	if (rng_below(r, 100) == 0)
@@ -1101,7 +1093,7 @@ static void wb_verify_advance(struct wb_verify *v, uint64_t to)
 		wb_verify_fail(v, "wheel and heap fired different records");
 }
 
-static void wb_verify_step(struct wb_verify *v, struct bench_rng *r)
+static void wb_verify_step(struct wb_verify *v, struct rng *r)
 {
 	uint32_t i = rng_below(r, WB_VERIFY_RECS), op = rng_below(r, 100);
 	struct wheel_timer *t = &v->wt[i];
@@ -1168,7 +1160,7 @@ static void wb_verify_check(const struct wb_verify *v)
 
 static void wb_verify(const struct wb_opts *o)
 {
-	struct bench_rng r = { o->seed ^ UINT64_C(0x5eed) };
+	struct rng r = { o->b.seed ^ UINT64_C(0x5eed) };
 	struct wb_verify v = { 0 };
 
 	/* Start a little before a 2^48 boundary, so the overflow list turns. */
@@ -1234,79 +1226,39 @@ static void wb_usage(FILE *f)
 		WB_SPAN, WB_PUSH, WB_MAX_N, WB_GOAL_N);
 }
 
-/* A bad argument: the message, the usage, and exit status 2. */
-#define wb_bad_arg(...)	bench_bad_arg("wheel", wb_usage, __VA_ARGS__)
 
 /* @argv[0] is "wheel". */
 int wb_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "n", required_argument, NULL, 'n' },
-		{ "runs", required_argument, NULL, 'r' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "markdown", no_argument, NULL, 'm' },
+		BENCH_OPT_N, BENCH_OPT_RUNS, BENCH_OPT_WARMUP, BENCH_OPT_SEED,
+		BENCH_OPT_MARKDOWN, BENCH_OPT_RAW, BENCH_OPT_HELP,
 		{ "verify", no_argument, NULL, 'v' },
-		{ "raw", no_argument, NULL, 'R' },
-		{ "warmup", required_argument, NULL, 'w' },
 		{ "slack", required_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct wb_opts o = { .runs = 5, .warmup = 1, .seed = 1 };
-	uint64_t v;
+	struct wb_opts o = { .b = { .runs = 5, .warmup = 1, .seed = 1 } };
 	int c;
 
-	opterr = 0;	/* our messages, not getopt's "wheel: ..." */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	bench_opt_start("wheel");
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		if (bench_opt(c, &o.b, 1, WB_MAX_N))
+			continue;
 		switch (c) {
-		case 'n':
-			if (bench_parse_u64(optarg, 1, WB_MAX_N, &v) != 0)
-				return wb_bad_arg("bad --n '%s' (1..%u)", optarg, WB_MAX_N);
-			if (o.nsizes == WB_MAX_SIZES)
-				return wb_bad_arg("too many --n (at most 8), at '%s'", optarg);
-			o.sizes[o.nsizes++] = (size_t)v;
-			break;
-		case 'r':
-			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
-				return wb_bad_arg("bad --runs '%s' (1..1000)", optarg);
-			o.runs = (unsigned int)v;
-			break;
-		case 's':
-			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
-				return wb_bad_arg("bad --seed '%s'", optarg);
-			o.seed = v;
-			break;
-		case 'm':
-			o.markdown = true;
-			break;
 		case 'v':
 			o.verify = true;
 			break;
-		case 'R':
-			o.raw = true;
-			break;
-		case 'w':
-			if (bench_parse_u64(optarg, 0, 1000, &v) != 0)
-				return wb_bad_arg("bad --warmup '%s' (0..1000)", optarg);
-			o.warmup = (unsigned int)v;
-			break;
 		case 'S':
-			if (bench_parse_double(optarg, 0, 100, &o.slack_pct) != 0)
-				return wb_bad_arg("bad --slack '%s' (0..100)", optarg);
+			o.slack_pct = opt_double("--slack", optarg, 0, 100);
 			break;
 		case 'h':
 			wb_usage(stdout);
 			return 0;
-		default:
-			return wb_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		return wb_bad_arg("unexpected argument '%s'", argv[optind]);
-	if (!o.nsizes) {
-		o.sizes[o.nsizes++] = 100000;
-		o.sizes[o.nsizes++] = 1000000;
+	if (!o.b.nsizes) {
+		o.b.sizes[o.b.nsizes++] = 100000;
+		o.b.sizes[o.b.nsizes++] = 1000000;
 	}
 
 #ifndef __OPTIMIZE__
@@ -1316,7 +1268,7 @@ int wb_main(int argc, char **argv)
 	wb_print_legend(&o);
 	if (o.verify)
 		wb_verify(&o);
-	for (unsigned int i = 0; i < o.nsizes; i++)
-		wb_bench_size(&o, o.sizes[i]);
+	for (unsigned int i = 0; i < o.b.nsizes; i++)
+		wb_bench_size(&o, o.b.sizes[i]);
 	return 0;
 }

@@ -18,7 +18,7 @@
  * share of the calls (the mix's "key") sets, moves, removes and finds timers
  * by key: keys of each thread's own, whose every answer is known, and keys
  * that all threads race on, whose timers' ends are accounted per key
- * (stress_keys.c).  While it runs it shows a live
+ * (keys.c).  While it runs it shows a live
  * progress line on a terminal (plain lines every few seconds otherwise); at
  * the end it destroys the queues (half of them before the service) and the
  * service with KAIROS_DRAIN_NOTIFY, checks that every timer ended exactly
@@ -30,20 +30,19 @@
  * when something was, 2 for a bad command line or a service that cannot
  * start.
  *
- * The load and the per-timer checks are in stress_load.c, the key mix in
- * stress_keys.c, the report in stress_report.c; this file holds the options
+ * The load and the per-timer checks are in load.c, the key mix in
+ * keys.c, the report in report.c; this file holds the options
  * and the run.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "stress.h"
+#include "term.h"
 
 static volatile sig_atomic_t got_signal;
 
@@ -57,112 +56,54 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: kairos-stress [options]\n"
+"usage: kairos-stress [options]   (--opt N or --opt=N)\n"
 "\n"
 "Stress a kairos timer service from several threads and check every timer's\n"
-"life against the API contract: it ends exactly once (runs, is cancelled, or\n"
-"is drained at destroy), never fires early, never runs after a successful\n"
-"cancel or after cancel_sync returned.  Exit status 0: no violation; 1: a\n"
-"violation (each class is reported with examples); 2: bad usage or setup.\n"
+"life against the API contract: it ends exactly once, never fires early, never\n"
+"runs after a successful cancel or after cancel_sync returned.  Exit status 0:\n"
+"no violation; 1: a violation; 2: bad usage or setup; 128 + N: signal N (the\n"
+"report of what ran comes first).  kairos-stress(1) says more.\n"
 "\n"
 "Load:\n"
-"  -d, --duration=TIME     how long the load runs (default 20 s; a bare number\n"
-"                          is seconds; also 500ms, 2min)\n"
-"  -t, --threads=N         load threads (default 4)\n"
-"  -n, --timers=N          timer slots over all threads (default 100000; 1e5 works)\n"
-"  -m, --mix=SPEC          weights of the operations, e.g. the default\n"
-"                          reset=60,cancel=25,arm=10,sync=3,periodic=2 (and key=20\n"
-"                          with --keys or --shared-keys); names left out weigh 0:\n"
-"                            reset     push a pending one-shot timer's deadline\n"
-"                                      (1 in 16 aims at any slot, ended timers too)\n"
-"                            cancel    kairos_cancel the timer of a random slot of the\n"
-"                                      thread's: pending, or ended (a stale id)\n"
-"                            arm       kairos_arm a one-shot timer on a free slot\n"
-"                            sync      kairos_cancel_sync, aimed as cancel is\n"
-"                            periodic  keep --periodics periodic timers: arm them,\n"
-"                                      stop them with cancel_sync (or cancel) after\n"
-"                                      100 ms..1 s\n"
-"                            key       a key call (needs --keys or --shared-keys):\n"
-"                                      on an own or a shared key (even odds when\n"
-"                                      there are both), set it with a new one-shot\n"
-"                                      timer (20%%), set it with KAIROS_KEY_REPLACE\n"
-"                                      (20%%), move it with kairos_key_reset (30%%),\n"
-"                                      remove it with kairos_key_cancel (15%%) or\n"
-"                                      look it up with kairos_key_find (15%%)\n"
-"      --idle=MIN-MAX      idle timeout delays (default 50ms-500ms; bare numbers ms)\n"
-"      --short=MIN-MAX     short timer delays, timers that fire (default 1ms-20ms)\n"
-"      --short-share=PCT   share of one-shot arms that are short (default 20)\n"
-"      --period=MIN-MAX    periodic timer periods (default 5ms-20ms)\n"
+"  -d, --duration=TIME     1ms..366 days; bare: s (default 20 s)\n"
+"  -t, --threads=N         load threads, 1..4096 (default 4)\n"
+"  -n, --timers=N          timer slots over all threads (default 100000)\n"
+"  -m, --mix=SPEC          weights of reset, cancel, arm, sync, periodic and key\n"
+"                          (default reset=60,cancel=25,arm=10,sync=3,periodic=2;\n"
+"                          key=20 with --keys or --shared-keys); left out: 0\n"
+"      --idle=MIN-MAX      idle timeout delays (default 50ms-500ms; bare: ms)\n"
+"      --short=MIN-MAX     delays of short timers, that fire (default 1ms-20ms)\n"
+"      --short-share=PCT   short one-shot arms, 0..100 (default 20)\n"
+"      --period=MIN-MAX    periods of periodic timers (default 5ms-20ms)\n"
 "      --periodics=N       periodic timers kept running (default timers/1000)\n"
-"      --slow=PCT          share of short one-shot and periodic timers whose\n"
-"                          callback sleeps --slow-time, so that cancels find it\n"
-"                          running (-EBUSY) and cancel_sync waits (default 5)\n"
-"      --slow-time=TIME    how long a slow callback sleeps (default 100us; a bare\n"
-"                          number is us)\n"
-"      --fill=PCT          slots armed (idle timeouts) before the mix starts\n"
-"                          (default 50)\n"
-"      --rate=OPS          calls per second over all threads (default 0: as fast\n"
-"                          as they go)\n"
-"      --seed=N            seed of the generators (default: from the clock)\n"
-"      --queues=N          kairos queues (default 2; 0: every timer goes to the\n"
-"                          workers).  Each has a drainer thread that waits on its\n"
-"                          fd (poll) or in kairos_queue_take, runs callbacks with\n"
-"                          kairos_queue_run and takes entries with\n"
-"                          kairos_queue_take, in batches of 1..64, and pauses\n"
-"                          2..25 ms every 50..250 ms as a busy loop does, so that\n"
-"                          entries wait untaken; resets and cancels from the load\n"
-"                          threads race with all of it\n"
-"      --queue-share=PCT   share of arms, one-shot and periodic, that go to a\n"
-"                          queue (kairos_arm_opts; default 20).  A load thread\n"
-"                          arms mostly for one queue, as a loop thread does\n"
-"      --queue-destroy=WHEN  when kairos_queue_destroy is called: before\n"
-"                          kairos_destroy (what waits in a queue, or expires into\n"
-"                          it later, ends unrun, counted as drained), after it\n"
-"                          (all was drained with a callback: each returns 0), or\n"
-"                          mixed: the odd-numbered queues before (default)\n"
-"      --keys=N            keys of each load thread's own (default 0): only that\n"
-"                          thread calls on them, so every answer is known and\n"
-"                          checked (found id == holder, -EEXIST while held, a\n"
-"                          free key after the holder's callback started, ...)\n"
-"      --shared-keys=N     keys that every load thread sets, moves, removes and\n"
-"                          finds (default 0).  A timer a key call of another\n"
-"                          thread ended (key_cancel, a REPLACE set) is found by\n"
-"                          its owner, must never run, and is counted as\n"
-"                          cancelled; per key, those timers must be matched by\n"
-"                          key_cancels that returned 0 and REPLACE sets.  Keyed\n"
-"                          timers are one-shot, go to the workers, and use the\n"
-"                          --short/--idle delays; a move uses --idle.  Of either\n"
-"                          kind, half of the calls go to the first 4 keys (hot:\n"
-"                          collisions, -EEXIST, REPLACE races), the rest to any\n"
-"                          (cold: timers that live to fire or be moved)\n"
-"      --max-late=TIME     a callback later than this after its deadline, or a\n"
-"                          timer still due and not run that long when the load\n"
-"                          stops, is a violation: the service stalled (default\n"
-"                          5 s; a bare number is seconds)\n"
+"      --slow=PCT          short and periodic timers whose callback sleeps\n"
+"                          --slow-time, 0..100 (default 5)\n"
+"      --slow-time=TIME    0..10s; bare: us (default 100us)\n"
+"      --fill=PCT          slots armed before the mix starts, 0..100 (default 50)\n"
+"      --rate=OPS          calls/s over all threads (default 0: unlimited)\n"
+"      --seed=S            0..2^64-1, decimal or 0x... (default: the clock)\n"
+"      --queues=N          queues, each drained by a thread, 0..64 (default 2)\n"
+"      --queue-share=PCT   arms for a queue, 0..100 (default 20)\n"
+"      --queue-destroy=WHEN  mixed, before or after kairos_destroy (default\n"
+"                          mixed)\n"
+"      --keys=N            keys of each thread's own, 0..1000000 (default 0)\n"
+"      --shared-keys=N     keys all threads race on, 0..1000000 (default 0)\n"
+"      --max-late=TIME     later than this is a stall, 1ms..1 day (default 5 s)\n"
 "\n"
 "Service:\n"
-"      --tick=TIME         wheel tick (default 1ms; a bare number is ns)\n"
-"  -s, --shards=N          shards (default 0: one per online CPU)\n"
-"      --workers=N         callback threads per shard (default 0: the library's, 2)\n"
-"  -b, --backend=NAME      auto, uring or epoll (default auto, which honours\n"
-"                          $KAIROS_BACKEND)\n"
+"      --tick=TIME         wheel tick, 1us..1s; bare: ns (default 1ms)\n"
+"  -s, --shards=N          0..256 (default 0: one per CPU)\n"
+"      --workers=N         per shard, 0..1024 (default 0: the library's)\n"
+"  -b, --backend=NAME      auto, uring or epoll (default auto: $KAIROS_BACKEND)\n"
 "      --delivery=MODE     workers or inline (default workers)\n"
 "\n"
 "Output:\n"
-"      --interval=SECS     progress lines when stderr is not a terminal (default 5;\n"
-"                          on a terminal a live line is redrawn instead)\n"
+"      --interval=SECS     a progress line every SECS even when stderr is not a\n"
+"                          terminal (default: a live line on a terminal only)\n"
 "  -q, --quiet             no progress output\n"
-"      --json=FILE         also write every number of the report as JSON ('-' for\n"
-"                          stdout, which then holds the JSON only)\n"
-"      --plot=FILE.svg     draw the lateness histogram and calls/s over time with\n"
-"                          gnuplot (if gnuplot is missing, says so and goes on)\n"
-"  -h, --help              this text\n"
-"  -V, --version           the version\n"
-"\n"
-"Lateness is measured by the tool: callback start (the service clock; for an\n"
-"entry of kairos_queue_take, when the take returned) minus the clock read just\n"
-"before the arm or the last successful reset plus its delay; it includes the\n"
-"rounding up to a tick, and for a queue's timer the time its entry waited.\n");
+"      --json=FILE         the report as JSON too ('-': stdout, JSON only)\n"
+"      --plot=FILE.svg     lateness and calls/s drawn by gnuplot\n"
+"  -h, --help, -V, --version\n");
 }
 
 enum {
@@ -225,110 +166,42 @@ static const struct option long_opts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-/* A count in [@min, @max]: decimal, or the form 1e5. */
-static bool parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	char *end;
-	double d;
-
-	if (!*s || *s == '-')
-		return false;
-	errno = 0;
-	*out = strtoull(s, &end, 0);
-	if (*end) {
-		d = strtod(s, &end);
-		if (*end || !isfinite(d) || d < 0 || d != floor(d) || d > 1.8e19)
-			return false;
-		*out = (uint64_t)d;
-	} else if (errno) {
-		return false;
-	}
-	return *out >= min && *out <= max;
-}
-
-/* A duration: a number and an optional unit (ns, us, ms, s, min); @unit for none. */
-static bool parse_time(const char *s, uint64_t unit, uint64_t *ns)
-{
-	static const struct { const char *name; uint64_t ns; } units[] = {
-		{ "ns", 1 }, { "us", 1000 }, { "ms", NS_PER_MS }, { "s", NS_PER_S },
-		{ "min", 60 * NS_PER_S },
-	};
-	char *end;
-	double v;
-
-	if (!*s || *s == '-' || *s == '+')
-		return false;
-	v = strtod(s, &end);
-	if (end == s || !isfinite(v) || v < 0)
-		return false;
-	if (*end) {
-		unit = 0;
-		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-			if (!strcmp(end, units[i].name))
-				unit = units[i].ns;
-		if (!unit)
-			return false;
-	}
-	v *= (double)unit;
-	if (v >= 1.8e19)
-		return false;
-	*ns = (uint64_t)llround(v);
-	return true;
-}
-
 /* MIN-MAX, or one value for both; bare numbers are ms. */
-static bool parse_range(const char *s, struct range_ns *r)
+static void parse_range(const char *opt, const char *s, uint64_t min, struct range_ns *r)
 {
 	char buf[64], *dash;
 
-	if (strlen(s) >= sizeof(buf))
-		return false;
-	strcpy(buf, s);
+	snprintf(buf, sizeof(buf), "%s", s);
 	dash = strchr(buf, '-');
 	if (dash)
 		*dash = 0;
-	if (!parse_time(buf, NS_PER_MS, &r->lo))
-		return false;
-	if (!dash)
-		r->hi = r->lo;
-	else if (!parse_time(dash + 1, NS_PER_MS, &r->hi))
-		return false;
-	return r->lo <= r->hi;
+	r->lo = opt_time(opt, buf, NS_PER_MS, min, 3600 * NS_PER_S);
+	r->hi = dash ? opt_time(opt, dash + 1, NS_PER_MS, min, 3600 * NS_PER_S) : r->lo;
+	if (r->lo > r->hi)
+		opt_fail(opt, "'%s': MIN is above MAX", s);
 }
 
-static bool parse_mix(const char *s, unsigned mix[M_N])
+/* NAME=WEIGHT,...: names left out weigh 0. */
+static void parse_mix(const char *s, unsigned mix[M_N])
 {
 	char buf[256], *save = NULL, *tok;
 	unsigned total = 0;
 
-	if (strlen(s) >= sizeof(buf))
-		return false;
-	strcpy(buf, s);
+	snprintf(buf, sizeof(buf), "%s", s);
 	memset(mix, 0, sizeof(unsigned) * M_N);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(tok, '=');
-		uint64_t w;
 		unsigned m;
 
 		if (!eq)
-			return false;
+			opt_fail("--mix", "'%s' is not NAME=WEIGHT", tok);
 		*eq = 0;
-		for (m = 0; m < M_N; m++)
-			if (!strcmp(tok, mix_names[m]))
-				break;
-		if (m == M_N || !parse_u64(eq + 1, 0, 1000000, &w))
-			return false;
-		mix[m] = (unsigned)w;
-		total += (unsigned)w;
+		m = opt_choice("--mix", tok, mix_names, M_N);
+		mix[m] = (unsigned)opt_u64("--mix", eq + 1, 0, 1000000);
+		total += mix[m];
 	}
-	return total > 0;
-}
-
-static int bad(const char *opt, const char *arg)
-{
-	fprintf(stderr, "kairos-stress: invalid value for %s: '%s'\n\n", opt, arg);
-	usage(stderr);
-	return 2;
+	if (!total)
+		opt_fail("--mix", "'%s' weighs nothing", s);
 }
 
 static void defaults(struct stress_config *c)
@@ -355,7 +228,6 @@ static void defaults(struct stress_config *c)
 	c->slow_ns = 100 * 1000;
 	c->fill_pct = 50;
 	c->periodics = UINT32_MAX;	/* timers / 1000 once timers is known */
-	c->interval_s = 5;
 	c->max_late_ns = 5 * NS_PER_S;
 	c->seed = 0;
 	c->queues = 2;
@@ -366,155 +238,102 @@ static void defaults(struct stress_config *c)
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct stress_config *c)
 {
+	static const char *const backends[] = { "auto", "uring", "epoll", "io_uring" };
+	static const enum kairos_backend backend_ids[] = {
+		KAIROS_BACKEND_AUTO, KAIROS_BACKEND_URING, KAIROS_BACKEND_EPOLL, KAIROS_BACKEND_URING,
+	};
+	static const char *const deliveries[] = { "workers", "inline" };
 	bool seeded = false, mixed = false;
-	uint64_t v;
 	int opt;
 
 	defaults(c);
-	opterr = 0;
-	while ((opt = getopt_long(argc, argv, ":d:t:n:m:s:b:qhV", long_opts, NULL)) != -1) {
+	while ((opt = opt_next(argc, argv, "d:t:n:m:s:b:qhV", long_opts)) != -1) {
 		switch (opt) {
 		case 'd':
-			if (!parse_time(optarg, NS_PER_S, &v) || v < NS_PER_MS || v > 366 * 86400 * NS_PER_S)
-				return bad("--duration", optarg);
-			c->duration_s = (double)v / 1e9;
+			c->duration_s = (double)opt_time("--duration", optarg, NS_PER_S, NS_PER_MS,
+							 366 * 86400 * NS_PER_S) / 1e9;
 			break;
 		case 't':
-			if (!parse_u64(optarg, 1, 4096, &v))
-				return bad("--threads", optarg);
-			c->threads = (unsigned)v;
+			c->threads = (unsigned)opt_u64("--threads", optarg, 1, 4096);
 			break;
 		case 'n':
-			if (!parse_u64(optarg, 1, UINT32_MAX - 1, &v))
-				return bad("--timers", optarg);
-			c->timers = (uint32_t)v;
+			c->timers = (uint32_t)opt_u64("--timers", optarg, 1, UINT32_MAX - 1);
 			break;
 		case 'm':
-			if (!parse_mix(optarg, c->mix))
-				return bad("--mix", optarg);
+			parse_mix(optarg, c->mix);
 			mixed = true;
 			break;
 		case OPT_TICK:
-			if (!parse_time(optarg, 1, &v) || v < 1000)
-				return bad("--tick", optarg);
-			c->tick_ns = v;
+			c->tick_ns = opt_time("--tick", optarg, 1, 1000, NS_PER_S);
 			break;
 		case 's':
-			if (!parse_u64(optarg, 0, 256, &v))
-				return bad("--shards", optarg);
-			c->shards = (unsigned)v;
+			c->shards = (unsigned)opt_u64("--shards", optarg, 0, 256);
 			break;
 		case OPT_WORKERS:
-			if (!parse_u64(optarg, 0, 1024, &v))
-				return bad("--workers", optarg);
-			c->workers = (unsigned)v;
+			c->workers = (unsigned)opt_u64("--workers", optarg, 0, 1024);
 			break;
 		case 'b':
-			if (!strcmp(optarg, "auto"))
-				c->backend = KAIROS_BACKEND_AUTO;
-			else if (!strcmp(optarg, "uring") || !strcmp(optarg, "io_uring"))
-				c->backend = KAIROS_BACKEND_URING;
-			else if (!strcmp(optarg, "epoll"))
-				c->backend = KAIROS_BACKEND_EPOLL;
-			else
-				return bad("--backend", optarg);
+			c->backend = backend_ids[opt_choice("--backend", optarg, backends, 4)];
 			c->backend_name = optarg;
 			break;
 		case OPT_DELIVERY:
-			if (!strcmp(optarg, "workers"))
-				c->delivery = KAIROS_DELIVER_WORKERS;
-			else if (!strcmp(optarg, "inline"))
-				c->delivery = KAIROS_DELIVER_INLINE;
-			else
-				return bad("--delivery", optarg);
+			c->delivery = opt_choice("--delivery", optarg, deliveries, 2) ?
+				      KAIROS_DELIVER_INLINE : KAIROS_DELIVER_WORKERS;
 			break;
 		case OPT_IDLE:
-			if (!parse_range(optarg, &c->idle))
-				return bad("--idle", optarg);
+			parse_range("--idle", optarg, 0, &c->idle);
 			break;
 		case OPT_SHORT:
-			if (!parse_range(optarg, &c->shorts))
-				return bad("--short", optarg);
+			parse_range("--short", optarg, 0, &c->shorts);
 			break;
 		case OPT_PERIOD:
-			if (!parse_range(optarg, &c->period) || !c->period.lo)
-				return bad("--period", optarg);
+			parse_range("--period", optarg, 1, &c->period);
 			break;
 		case OPT_SHORT_SHARE:
-			if (!parse_u64(optarg, 0, 100, &v))
-				return bad("--short-share", optarg);
-			c->short_pct = (unsigned)v;
+			c->short_pct = (unsigned)opt_u64("--short-share", optarg, 0, 100);
 			break;
 		case OPT_PERIODICS:
-			if (!parse_u64(optarg, 0, UINT32_MAX - 1, &v))
-				return bad("--periodics", optarg);
-			c->periodics = (uint32_t)v;
+			c->periodics = (uint32_t)opt_u64("--periodics", optarg, 0, UINT32_MAX - 1);
 			break;
 		case OPT_SLOW:
-			if (!parse_u64(optarg, 0, 100, &v))
-				return bad("--slow", optarg);
-			c->slow_pct = (unsigned)v;
+			c->slow_pct = (unsigned)opt_u64("--slow", optarg, 0, 100);
 			break;
 		case OPT_SLOW_TIME:
-			if (!parse_time(optarg, 1000, &v) || v > 10 * NS_PER_S)
-				return bad("--slow-time", optarg);
-			c->slow_ns = v;
+			c->slow_ns = opt_time("--slow-time", optarg, 1000, 0, 10 * NS_PER_S);
 			break;
 		case OPT_FILL:
-			if (!parse_u64(optarg, 0, 100, &v))
-				return bad("--fill", optarg);
-			c->fill_pct = (unsigned)v;
+			c->fill_pct = (unsigned)opt_u64("--fill", optarg, 0, 100);
 			break;
 		case OPT_RATE:
-			if (!parse_u64(optarg, 0, UINT64_C(1) << 40, &v))
-				return bad("--rate", optarg);
-			c->rate = v;
+			c->rate = opt_u64("--rate", optarg, 0, UINT64_C(1) << 40);
 			break;
 		case OPT_SEED:
-			if (!parse_u64(optarg, 0, UINT64_MAX, &c->seed))
-				return bad("--seed", optarg);
+			c->seed = opt_seed("--seed", optarg);
 			seeded = true;
 			break;
 		case OPT_QUEUES:
-			if (!parse_u64(optarg, 0, 64, &v))
-				return bad("--queues", optarg);
-			c->queues = (unsigned)v;
+			c->queues = (unsigned)opt_u64("--queues", optarg, 0, 64);
 			break;
 		case OPT_QUEUE_SHARE:
-			if (!parse_u64(optarg, 0, 100, &v))
-				return bad("--queue-share", optarg);
-			c->queue_pct = (unsigned)v;
+			c->queue_pct = (unsigned)opt_u64("--queue-share", optarg, 0, 100);
 			break;
-		case OPT_QUEUE_DESTROY: {
-			unsigned e;
-
-			for (e = 0; e < 3; e++)
-				if (!strcmp(optarg, queue_end_names[e]))
-					break;
-			if (e == 3)
-				return bad("--queue-destroy", optarg);
-			c->queue_end = (enum queue_end)e;
+		case OPT_QUEUE_DESTROY:
+			c->queue_end = (enum queue_end)opt_choice("--queue-destroy", optarg,
+								  queue_end_names, 3);
 			break;
-		}
 		case OPT_KEYS:
-			if (!parse_u64(optarg, 0, 1000000, &v))
-				return bad("--keys", optarg);
-			c->keys = (uint32_t)v;
+			c->keys = (uint32_t)opt_u64("--keys", optarg, 0, 1000000);
 			break;
 		case OPT_SHARED_KEYS:
-			if (!parse_u64(optarg, 0, 1000000, &v))
-				return bad("--shared-keys", optarg);
-			c->shared_keys = (uint32_t)v;
+			c->shared_keys = (uint32_t)opt_u64("--shared-keys", optarg, 0, 1000000);
 			break;
 		case OPT_INTERVAL:
-			if (!parse_time(optarg, NS_PER_S, &v) || v < 100 * NS_PER_MS)
-				return bad("--interval", optarg);
-			c->interval_s = (double)v / 1e9;
+			c->interval_s = (double)opt_time("--interval", optarg, NS_PER_S,
+							 100 * NS_PER_MS, 86400 * NS_PER_S) / 1e9;
 			break;
 		case OPT_MAX_LATE:
-			if (!parse_time(optarg, NS_PER_S, &v) || v < NS_PER_MS)
-				return bad("--max-late", optarg);
-			c->max_late_ns = v;
+			c->max_late_ns = opt_time("--max-late", optarg, NS_PER_S, NS_PER_MS,
+						  86400 * NS_PER_S);
 			break;
 		case 'q':
 			c->quiet = true;
@@ -531,51 +350,35 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 		case 'V':
 			printf("kairos-stress %s\n", KAIROS_STRESS_VERSION);
 			return 0;
-		case ':':
-			fprintf(stderr, "kairos-stress: option '%s' needs a value\n\n", argv[optind - 1]);
-			usage(stderr);
-			return 2;
-		default:
-			fprintf(stderr, "kairos-stress: unknown option '%s'\n\n", argv[optind - 1]);
-			usage(stderr);
-			return 2;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "kairos-stress: unexpected argument '%s'\n\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	if (c->timers < c->threads) {
-		fprintf(stderr, "kairos-stress: --timers (%" PRIu32 ") must be at least --threads (%u)\n",
-			c->timers, c->threads);
-		return 2;
-	}
+	if (c->timers < c->threads)
+		opt_fail("--timers", "%" PRIu32 " is fewer than --threads (%u)", c->timers,
+			 c->threads);
 	if ((c->keys || c->shared_keys) && !c->mix[M_KEY]) {
-		if (mixed) {
-			fprintf(stderr, "kairos-stress: --keys and --shared-keys need key=W in --mix\n");
-			return 2;
-		}
+		if (mixed)
+			opt_fail("--mix", "--keys and --shared-keys need key=W");
 		c->mix[M_KEY] = 20;
 	}
-	if (c->mix[M_KEY] && !c->keys && !c->shared_keys) {
-		fprintf(stderr, "kairos-stress: key=W in --mix needs --keys or --shared-keys\n");
-		return 2;
-	}
-	if ((uint64_t)c->keys * c->threads + c->shared_keys > UINT32_MAX - 1) {
-		fprintf(stderr, "kairos-stress: too many keys\n");
-		return 2;
-	}
+	if (c->mix[M_KEY] && !c->keys && !c->shared_keys)
+		opt_fail("--mix", "key=W needs --keys or --shared-keys");
+	if ((uint64_t)c->keys * c->threads + c->shared_keys > UINT32_MAX - 1)
+		opt_fail("--keys", "too many keys: --keys * --threads + --shared-keys is over 2^32-2");
 	if (c->periodics == UINT32_MAX)
 		c->periodics = c->timers / 1000;
 	if (c->periodics > c->timers / 2)
 		c->periodics = c->timers / 2;
-	if (!seeded) {
-		struct timespec ts;
+	if (!seeded)
+		c->seed = opt_seed_clock();
+	/* Outputs are opened now: a path that cannot be written fails before the run. */
+	if (c->json_path)
+		c->json_f = opt_open_out("--json", c->json_path);
+	if (c->plot_path) {
+		FILE *f = opt_open_out("--plot", c->plot_path);
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		c->seed = ((uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec) ^
-			  ((uint64_t)getpid() << 32);
+		if (f == stdout)
+			opt_fail("--plot", "'-': gnuplot writes a file, not stdout");
+		fclose(f);
 	}
 	return -1;
 }
@@ -657,7 +460,8 @@ static void progress_line(struct progress *p, uint64_t now)
 	struct kairos_stats st = { 0 };
 	uint64_t ops[A_N], total, nviol = violations_total();
 	double dt = (double)(now - p->last_t) / 1e9;
-	char rate[16], pend[16], fired[16], p99[24];
+	char f[6][40], rate[16], pend[16], fired[16], p99[24];
+	const char *fields[6];
 
 	ops_now(ops);
 	total = sum_ops(ops);
@@ -672,15 +476,23 @@ static void progress_line(struct progress *p, uint64_t now)
 		snprintf(p99, sizeof(p99), "-");
 	p->last_t = now;
 	p->last_ops = total;
-	if (p->tty)
-		fprintf(stderr, "\r\033[K[%5.1f/%.0f s] %s calls/s  pending %s  fired %s"
-			"  late p99 %s  violations %" PRIu64, (double)(now - p->t0) / 1e9,
-			S.cfg.duration_s, rate, pend, fired, p99, nviol);
-	else
-		fprintf(stderr, "kairos-stress: %.1f/%.0f s: %s calls/s, pending %" PRIu64
-			", fired %" PRIu64 ", late p99 %s, violations %" PRIu64 "\n",
-			(double)(now - p->t0) / 1e9, S.cfg.duration_s, rate, st.pending,
-			callbacks_now(), p99, nviol);
+	/* In order of importance: what does not fit the terminal is left out. */
+	snprintf(f[0], sizeof(f[0]), "[%.1f/%.0f s]", (double)(now - p->t0) / 1e9,
+		 S.cfg.duration_s);
+	snprintf(f[1], sizeof(f[1]), "violations %" PRIu64, nviol);
+	snprintf(f[2], sizeof(f[2]), "%s calls/s", rate);
+	snprintf(f[3], sizeof(f[3]), "late p99 %s", p99);
+	snprintf(f[4], sizeof(f[4]), "pending %s", pend);
+	snprintf(f[5], sizeof(f[5]), "fired %s", fired);
+	for (unsigned i = 0; i < 6; i++)
+		fields[i] = f[i];
+	if (p->tty) {
+		term_progress(stderr, fields, 6);
+		return;
+	}
+	fprintf(stderr, "kairos-stress:");
+	for (unsigned i = 0; i < 6; i++)
+		fprintf(stderr, " %s%s", f[i], i < 5 ? "," : "\n");
 	fflush(stderr);
 }
 
@@ -695,6 +507,8 @@ static void sleep_ns(uint64_t ns)
 static uint64_t run_load(void)
 {
 	struct progress p = { .tty = isatty(STDERR_FILENO) && !S.cfg.quiet };
+	/* Plain lines, when stderr is not a terminal, only when --interval asks. */
+	bool lines = !S.cfg.quiet && (p.tty || S.cfg.interval_s > 0);
 	uint64_t end, next_sample, next_line, line_ns, now;
 	int rc;
 
@@ -734,11 +548,11 @@ static uint64_t run_load(void)
 			take_sample(&p, now);
 			next_sample += NS_PER_S;
 		}
-		if (!S.cfg.quiet && now >= next_line) {
+		if (lines && now >= next_line) {
 			progress_line(&p, now);
 			next_line += line_ns;
 		}
-		wake = next_sample < next_line || S.cfg.quiet ? next_sample : next_line;
+		wake = next_sample < next_line || !lines ? next_sample : next_line;
 		if (wake > end)
 			wake = end;
 		if (wake > now)
@@ -755,8 +569,8 @@ static uint64_t run_load(void)
 	if (now - p.sample_t > 100 * NS_PER_MS || !S.nsamples)
 		take_sample(&p, now);
 	if (p.tty)
-		fprintf(stderr, "\r\033[K");
-	else if (!S.cfg.quiet)
+		term_progress_clear(stderr);
+	else if (lines)
 		progress_line(&p, now);
 	if (got_signal)
 		S.interrupted = true;
@@ -935,10 +749,13 @@ static int start_service(void)
 
 int main(int argc, char **argv)
 {
-	struct sigaction sa = { .sa_handler = on_signal };
+	/* A second signal ends the process at once. */
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESETHAND };
+	char seed[19];
 	uint64_t t, nviol;
 	int rc;
 
+	opt_prog = "kairos-stress";
 	rc = parse_args(argc, argv, &S.cfg);
 	if (rc >= 0)
 		return rc;
@@ -963,12 +780,12 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	opt_seed_str(seed, S.cfg.seed);
 	if (!S.cfg.quiet)
 		fprintf(stderr, "kairos-stress: %.1f s, %u threads, %" PRIu32 " timers, %u shards (%s),"
-			" %u queues, %" PRIu32 " own keys per thread, %" PRIu32 " shared keys, seed %"
-			PRIu64 "\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers, S.nshards,
+			" %u queues, %" PRIu32 " own keys per thread, %" PRIu32 " shared keys, seed %s\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers, S.nshards,
 			S.nshards ? S.backends[0].name : "?", S.cfg.queues, S.cfg.keys,
-			S.cfg.shared_keys, S.cfg.seed);
+			S.cfg.shared_keys, seed);
 
 	S.elapsed_s = (double)run_load() / 1e9;
 	for (unsigned i = 0; i < S.cfg.threads; i++)
@@ -1009,8 +826,8 @@ int main(int argc, char **argv)
 	report_text(out);
 	fflush(out);
 	rc = 0;
-	if (S.cfg.json_path) {
-		int jr = report_json(S.cfg.json_path);
+	if (S.cfg.json_f) {
+		int jr = report_json(S.cfg.json_f);
 
 		if (jr) {
 			fprintf(stderr, "kairos-stress: --json %s: %s\n", S.cfg.json_path, strerror(-jr));
@@ -1022,5 +839,10 @@ int main(int argc, char **argv)
 	nviol = violations_total();
 	if (nviol)
 		return 1;
+	/* What ran was checked and reported, but it was not the run asked for. */
+	if (S.interrupted) {
+		fprintf(stderr, "kairos-stress: interrupted by signal %d\n", (int)got_signal);
+		return 128 + (int)got_signal;
+	}
 	return rc;
 }

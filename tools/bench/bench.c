@@ -13,8 +13,7 @@
 #include <unistd.h>
 
 #include "bench.h"
-
-bool bench_progress_on;
+#include "term.h"
 
 void bench_die_at(const char *file, int line, const char *fmt, ...)
 {
@@ -50,7 +49,7 @@ void *bench_alloc(size_t size)
 	return p;
 }
 
-void rng_permutation(struct bench_rng *r, uint32_t *v, size_t n)
+void rng_permutation(struct rng *r, uint32_t *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		v[i] = (uint32_t)i;
@@ -63,84 +62,60 @@ void rng_permutation(struct bench_rng *r, uint32_t *v, size_t n)
 	}
 }
 
-int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+void bench_opt_start(const char *mode)
 {
-	unsigned long long v, e;
-	char *end;
+	static char prog[32];
 
-	/* strtoull() would accept leading blanks and a minus sign. */
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -ERANGE;
-	if (*end == 'e' || *end == 'E') {
-		const char *x = end + 1;
-
-		if (*x < '0' || *x > '9')
-			return -EINVAL;
-		e = strtoull(x, &end, 10);
-		if (errno || e > 19)
-			return -ERANGE;
-		while (e--) {
-			if (v > UINT64_MAX / 10)
-				return -ERANGE;
-			v *= 10;
-		}
-	}
-	if (*end != '\0')
-		return -EINVAL;
-	if (v < min || v > max)
-		return -ERANGE;
-	*out = v;
-	return 0;
+	snprintf(prog, sizeof(prog), "kairos-bench %s", mode);
+	opt_prog = prog;
+	optind = 1;
 }
 
-int bench_parse_double(const char *s, double min, double max, double *out)
+bool bench_opt(int c, struct bench_opts *o, size_t min_n, size_t max_n)
 {
-	const char *p = s;
-	double v;
-	char *end;
-
-	/* strtod() would take blanks, signs, hex, exponents, "inf" and "nan". */
-	while (*p >= '0' && *p <= '9')
-		p++;
-	if (*p == '.')
-		p++;
-	while (*p >= '0' && *p <= '9')
-		p++;
-	if (p == s || *p != '\0' || (*s == '.' && s[1] == '\0'))
-		return -EINVAL;
-	v = strtod(s, &end);
-	if (end != p)
-		return -EINVAL;
-	if (v < min || v > max)
-		return -ERANGE;
-	*out = v;
-	return 0;
+	switch (c) {
+	case 'n':
+		if (o->nsizes == BENCH_MAX_SIZES)
+			opt_fail("--n", "more than %d sizes", BENCH_MAX_SIZES);
+		o->sizes[o->nsizes++] = opt_u64("--n", optarg, min_n, max_n);
+		return true;
+	case 'r':
+		o->runs = (unsigned int)opt_u64("--runs", optarg, 1, 1000);
+		return true;
+	case 'w':
+		o->warmup = (unsigned int)opt_u64("--warmup", optarg, 0, 1000);
+		return true;
+	case 's':
+		o->seed = opt_seed("--seed", optarg);
+		return true;
+	case 'm':
+		o->markdown = true;
+		return true;
+	case 'R':
+		o->raw = true;
+		return true;
+	}
+	return false;
 }
 
 void bench_progress(const char *fmt, ...)
 {
+	char line[256];
+	const char *field = line;
 	va_list ap;
 
-	if (!bench_progress_on)
+	if (!isatty(STDERR_FILENO))
 		return;
-	/* Carriage return and erase-line: one status line, rewritten. */
-	fputs("\r\033[K", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fflush(stderr);
+	term_progress(stderr, &field, 1);
 }
 
 void bench_progress_done(void)
 {
-	if (bench_progress_on) {
-		fputs("\r\033[K", stderr);
-		fflush(stderr);
-	}
+	if (isatty(STDERR_FILENO))
+		term_progress_clear(stderr);
 }
 
 static int bench_cmp_double(const void *a, const void *b)
@@ -212,19 +187,6 @@ void bench_settle_until(uint64_t give_up)
 void bench_settle(void)
 {
 	bench_settle_until(bench_now_ns() + 3000000000u);
-}
-
-int bench_bad_arg(const char *mode, void (*usage)(FILE *), const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "kairos-bench %s: ", mode);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\n\n", stderr);
-	usage(stderr);
-	return 2;
 }
 
 double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs)

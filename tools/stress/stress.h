@@ -5,10 +5,10 @@
  * violations and the lateness histograms.
  *
  *   kairos-stress.c   options, the run (start, progress, stop, destroy), main()
- *   stress_load.c     the slot table, the callback, the load threads, the
+ *   load.c     the slot table, the callback, the load threads, the
  *                     per-timer checks and the final sweep
- *   stress_keys.c     the key mix: timers named by keys, own and shared
- *   stress_report.c   histograms, the text report, --json and --plot
+ *   keys.c     the key mix: timers named by keys, own and shared
+ *   report.c   histograms, the text report, --json and --plot
  *
  * Who writes what, in one paragraph: each load thread owns a disjoint range
  * of slots, and is the only thread that arms, resets or cancels the timers
@@ -26,7 +26,7 @@
  * may move it (kairos_key_reset) or end it (kairos_key_cancel, or an arm
  * with KAIROS_KEY_REPLACE).  Its owner learns of such an end only from the
  * timer itself (a cancel_sync that finds it ended without a run), and the
- * per-key counters in struct skey close the books (stress_keys.c).
+ * per-key counters in struct skey close the books (keys.c).
  */
 #ifndef KAIROS_STRESS_H
 #define KAIROS_STRESS_H
@@ -39,6 +39,10 @@
 #include <time.h>
 
 #include <kairos/kairos.h>
+
+#include "hist.h"
+#include "opt.h"
+#include "rng.h"
 
 #define ST_STR_(x)	#x
 #define ST_STR(x)	ST_STR_(x)
@@ -58,7 +62,7 @@ enum mix_op {
 	M_ARM,		/* kairos_arm() a one-shot timer on a free slot */
 	M_SYNC,		/* kairos_cancel_sync() a one-shot timer, pending or ended */
 	M_PERIODIC,	/* start, or stop with cancel_sync/cancel, a periodic timer */
-	M_KEY,		/* a key call: set, move, remove or find a key (stress_keys.c) */
+	M_KEY,		/* a key call: set, move, remove or find a key (keys.c) */
 	M_N
 };
 
@@ -136,37 +140,9 @@ struct stress_config {
 	double interval_s;		/* progress lines when stderr is not a terminal */
 	bool quiet;
 	const char *json_path;
+	FILE *json_f;			/* opened before the run */
 	const char *plot_path;
 };
-
-/* ---- lateness histograms ----------------------------------------------- */
-
-/*
- * Log buckets: 16 per power of two, so a percentile read from the bucket
- * bounds is within 1/16 (6%) of the true value.  Bucket b < 16 holds b ns.
- */
-#define LH_SUB_BITS	4
-#define LH_BUCKETS	(64 << LH_SUB_BITS)
-
-struct lhist {
-	_Atomic uint64_t bucket[LH_BUCKETS];
-	_Atomic uint64_t n, max, sum;
-} __attribute__((aligned(ST_ALIGN)));
-
-void lhist_add(struct lhist *h, uint64_t ns);
-unsigned lhist_bucket(uint64_t ns);
-uint64_t lhist_lower(unsigned b);
-uint64_t lhist_upper(unsigned b);
-
-/* A plain copy, for adding up and reading percentiles. */
-struct lsnap {
-	uint64_t bucket[LH_BUCKETS];
-	uint64_t n, max, sum;
-};
-
-void lsnap_add(struct lsnap *dst, const struct lhist *h);
-void lsnap_merge(struct lsnap *dst, const struct lsnap *src);
-uint64_t lsnap_pct(const struct lsnap *s, double q);
 
 /* ---- violations -------------------------------------------------------- */
 
@@ -245,7 +221,7 @@ struct slot {
 	uint64_t until;		/* periodic: stop it after this */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
-	uint32_t key;		/* one-shot: its key's number + 1 (stress_keys.c); 0: none */
+	uint32_t key;		/* one-shot: its key's number + 1 (keys.c); 0: none */
 	uint64_t kfloor;	/* O_SHARED: no move by a key call sets a deadline before this */
 	uint8_t kind;		/* enum slot_kind: the timer now in the slot */
 	uint8_t oflags;		/* O_* */
@@ -361,7 +337,7 @@ struct lthread {
 	pthread_t thread __attribute__((aligned(ST_ALIGN)));
 	unsigned no;
 	uint32_t lo, hi;		/* slots [lo, hi) */
-	uint64_t rng;
+	struct rng rng;
 	uint32_t *live, nlive;		/* pending one-shot timers */
 	uint32_t *per, nper, per_target;	/* periodic timers, stopping ones included */
 	uint32_t *fq, fq_head, fq_len;	/* free slots, oldest first (ring of hi - lo) */
@@ -419,7 +395,7 @@ struct qdrainer {
 	int shard;
 	bool destroy_first;		/* destroyed before kairos_destroy() */
 	_Atomic int wind_down;		/* set by the main thread when the load has stopped */
-	uint64_t rng;
+	struct rng rng;
 	uint64_t run_cb;		/* on_timer calls in the current run (this thread) */
 	uint64_t run_empty, take_empty;	/* calls that found nothing */
 	uint64_t polls, polls_ready;	/* poll() on the queue's fd, and how many saw POLLIN */
@@ -488,11 +464,9 @@ struct stress {
 
 extern struct stress S;
 
-/* stress_load.c */
+/* load.c */
 int load_setup(void);
-uint64_t rng_next(uint64_t *s);
-uint32_t rng_below(uint64_t *s, uint32_t n);
-uint64_t rng_range(uint64_t *s, const struct range_ns *r);
+uint64_t rng_range(struct rng *s, const struct range_ns *r);
 uint64_t service_now(void);
 void count(struct lthread *t, enum api_call a, int rc);
 int rc_class(int rc);
@@ -506,7 +480,7 @@ void end_fired(struct lthread *t, uint32_t idx);
 void reap(struct lthread *t, uint32_t idx);
 const char *end_name(unsigned e);
 
-/* stress_keys.c */
+/* keys.c */
 int keys_setup(void);
 void key_step(struct lthread *t);
 void key_forget(struct lthread *t, uint32_t idx);
@@ -536,14 +510,14 @@ struct xcheck {
 extern struct xcheck xchecks[XCHECKS_MAX];
 extern unsigned nxchecks;
 
-/* stress_report.c */
+/* report.c */
 void crosscheck(void);
 void check_stalls(void);
 void fmt_ns(char *buf, size_t len, uint64_t ns);
 void fmt_count(char *buf, size_t len, double v);
 void late_snapshot(struct lsnap *all, struct lsnap *oneshot, struct lsnap *periodic);
 int report_text(FILE *f);
-int report_json(const char *path);
+int report_json(FILE *f);
 int report_plot(const char *path);
 uint64_t rss_kb(const char *field);
 

@@ -72,6 +72,8 @@
 
 #include <kairos/kairos.h>
 
+#include "opt.h"
+
 #define MS		1000000ull
 #define RXBUF		4096
 #define RUN_MAX		1024	/* callbacks per turn: I/O goes on under a burst */
@@ -341,27 +343,13 @@ static int listen_on(uint16_t port, uint16_t *bound)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kairos-idle-server [options]\n"
-		"  --port N       TCP port on 127.0.0.1 (default 0: the kernel picks;\n"
-		"                 the first stdout line says \"port N\")\n"
-		"  --idle MS      idle timeout T in ms (default 1000)\n"
-		"  --duration S   exit after S seconds (default 0: on SIGINT/SIGTERM\n"
-		"                 or a \"QUIT\\n\" control connection)\n"
+		"usage: kairos-idle-server [options]   (--opt N or --opt=N)\n"
+		"  --port N       TCP port on 127.0.0.1 (0..65535; default 0: the kernel\n"
+		"                 picks; the first stdout line says \"port N\")\n"
+		"  --idle MS      idle timeout T in ms (1..3600000, default 1000)\n"
+		"  --duration S   exit after S seconds (0..86400; default 0: on SIGINT,\n"
+		"                 SIGTERM or a \"QUIT\\n\" control connection)\n"
 		"  --quiet        no report at exit\n");
-}
-
-static unsigned long num(const char *opt, const char *s, unsigned long max)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s ? s : "", &end, 10);
-	if (!s || errno || *end || end == s || v > max) {
-		fprintf(stderr, "kairos-idle-server: bad value for %s\n", opt);
-		exit(2);
-	}
-	return v;
 }
 
 static void report(struct server *sv, const struct kairos_stats *st, int drained,
@@ -442,36 +430,41 @@ int main(int argc, char **argv)
 	struct kairos_queue *q;
 	struct kairos_stats st;
 	const char *backend = "?";
-	unsigned long port = 0, idle_ms = 1000, duration_s = 0;
+	static const struct option longopts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "idle", required_argument, NULL, 'i' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t port = 0, idle_ms = 1000, duration_s = 0;
 	uint64_t stop_ns = UINT64_MAX, open_at_exit;
 	struct rlimit rl;
 	uint16_t bound;
 	sigset_t mask;
-	int rc, drained, left;
+	int c, rc, drained, left;
 	bool ok;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--port"))
-			port = num(a, v, 65535), i++;
-		else if (!strcmp(a, "--idle"))
-			idle_ms = num(a, v, 3600000), i++;
-		else if (!strcmp(a, "--duration"))
-			duration_s = num(a, v, 86400), i++;
-		else if (!strcmp(a, "--quiet"))
+	opt_prog = "kairos-idle-server";
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		switch (c) {
+		case 'p':
+			port = opt_u64("--port", optarg, 0, 65535);
+			break;
+		case 'i':
+			idle_ms = opt_u64("--idle", optarg, 1, 3600000);
+			break;
+		case 'd':
+			duration_s = opt_u64("--duration", optarg, 0, 86400);
+			break;
+		case 'q':
 			sv->quiet = true;
-		else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			break;
+		case 'h':
 			usage(stdout);
 			return 0;
-		} else {
-			usage(stderr);
-			return 2;
 		}
-	}
-	if (!idle_ms) {
-		fprintf(stderr, "kairos-idle-server: --idle must be at least 1 ms\n");
-		return 2;
 	}
 	sv->idle_ns = idle_ms * MS;
 	idle_server = sv;

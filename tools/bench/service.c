@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_service.c - kairos-bench modes "service" and "keys".
+ * service.c - kairos-bench modes "service" and "keys".
  *
  *	kairos-bench service [options]
  *	kairos-bench keys [options]
@@ -122,11 +122,9 @@
  * The table gives the medians of each path and their ratio, key over id.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -144,7 +142,6 @@
 
 #define SB_GOAL_N	1000000u	/* the N the goals are set at */
 #define SB_MAX_N	10000000u
-#define SB_MAX_SIZES	8
 #define SB_MS		UINT64_C(1000000)
 #define SB_S		UINT64_C(1000000000)
 #define SB_FAR_MIN	(10 * SB_S)	/* far timers: U[SB_FAR_MIN, + SB_FAR_SPAN) */
@@ -234,15 +231,9 @@ static const struct sb_row_info {
 };
 
 struct sb_opts {
-	size_t sizes[SB_MAX_SIZES];
-	unsigned int nsizes;
-	unsigned int runs;
-	unsigned int warmup;
+	struct bench_opts b;
 	unsigned int shards;	/* 0: one per CPU */
 	unsigned int threads;	/* for the scaling table */
-	uint64_t seed;
-	bool markdown;
-	bool raw;
 	struct kairos_config cfg;	/* what every service of the N tables gets */
 };
 
@@ -472,12 +463,12 @@ static void sb_lists_free(struct sb_lists *l)
 	free(l->pool);
 }
 
-static uint64_t sb_far_delay(struct bench_rng *r)
+static uint64_t sb_far_delay(struct rng *r)
 {
 	return SB_FAR_MIN + rng_next(r) % SB_FAR_SPAN;
 }
 
-static uint64_t sb_push(struct bench_rng *r)
+static uint64_t sb_push(struct rng *r)
 {
 	return SB_PUSH_MIN + rng_next(r) % (SB_PUSH_SPAN + 1);
 }
@@ -643,7 +634,7 @@ static double sb_cas_floor(struct sb_lists *l, bool clock)
 }
 
 /* op i touches timer order[i]; its id goes to the op list. */
-static void sb_op_ids(struct sb_lists *l, struct bench_rng *r)
+static void sb_op_ids(struct sb_lists *l, struct rng *r)
 {
 	rng_permutation(r, l->order, l->n);
 	for (size_t i = 0; i < l->n; i++)
@@ -669,7 +660,7 @@ static void sb_progress(size_t n, const char *label, const char *phase)
 	bench_progress("kairos-bench service: N=%zu %s %s", n, label, phase);
 }
 
-static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 		   const char *label, double *row, struct sb_notes *notes)
 {
 	uint64_t tick = o->cfg.tick_ns;
@@ -770,7 +761,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct bench_rng
  * Expiry throughput.
  */
 
-static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 		      const char *label, double *row, struct sb_notes *notes)
 {
 	size_t n = l->n;
@@ -841,7 +832,7 @@ static int sb_cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static void sb_lateness(struct kairos *k, struct sb_lists *l, struct bench_rng *r, double *row)
+static void sb_lateness(struct kairos *k, struct sb_lists *l, struct rng *r, double *row)
 {
 	struct kairos_stats st;
 	uint64_t give_up, early = 0;
@@ -889,7 +880,7 @@ static void sb_lateness(struct kairos *k, struct sb_lists *l, struct bench_rng *
  * delays grow with the op count), so none is a push earlier.
  * Return: the operations' wall time, ns.
  */
-static uint64_t sb_mixed(struct kairos *k, struct sb_lists *l, struct bench_rng *r, size_t count)
+static uint64_t sb_mixed(struct kairos *k, struct sb_lists *l, struct rng *r, size_t count)
 {
 	kairos_id *pool = l->pool;
 	uint64_t t0, t1;
@@ -919,7 +910,7 @@ static uint64_t sb_mixed(struct kairos *k, struct sb_lists *l, struct bench_rng 
 	return t1 - t0;
 }
 
-static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct bench_rng *r,
+static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 		    const char *label, double *row)
 {
 	size_t n = l->n, count = n;
@@ -1027,20 +1018,20 @@ static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 {
 	char goal[32];
 
-	if (o->markdown) {
+	if (o->b.markdown) {
 		printf("**kairos-bench service**: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n\n", n, o->runs, o->seed, shards, backend);
+		       "backend=%s (medians)\n\n", n, o->b.runs, o->b.seed, shards, backend);
 		printf("| op | value | unit | goal |\n|---|---:|---|---|\n");
 	} else {
 		printf("kairos-bench service: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n", n, o->runs, o->seed, shards, backend);
+		       "backend=%s (medians)\n", n, o->b.runs, o->b.seed, shards, backend);
 		printf("%-24s %10s  %-9s %s\n", "op", "value", "unit", "goal");
 	}
 	for (int row = 0; row < SB_NROWS; row++) {
 		const struct sb_row_info *ri = &sb_rows[row];
 
 		sb_goal_cell(o, goal, sizeof(goal), row, v[row], n);
-		if (o->markdown)
+		if (o->b.markdown)
 			printf("| %s | %.*f | %s | %s |\n", ri->name, ri->prec, v[row], ri->unit,
 			       goal);
 		else
@@ -1050,7 +1041,7 @@ static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 	if (notes->not_earlier)
 		printf("note: %" PRIu64 " push-earlier ops (of %zu x %u) were not certainly a tick "
 		       "earlier (a block of %u took over 2 ms)\n", notes->not_earlier, n,
-		       o->runs, SB_BLOCK);
+		       o->b.runs, SB_BLOCK);
 	if (notes->exp_overlap)
 		printf("note: in %u run(s) arming went on past the first expiry deadline\n",
 		       notes->exp_overlap);
@@ -1067,7 +1058,7 @@ static void sb_print_raw(const struct sb_opts *o, size_t n, double (*v)[SB_NROWS
 	printf("kairos-bench service: N=%zu, each run's values\n", n);
 	for (int row = 0; row < SB_NROWS; row++) {
 		printf("%-24s", sb_rows[row].name);
-		for (unsigned int run = 0; run < o->runs; run++)
+		for (unsigned int run = 0; run < o->b.runs; run++)
 			printf(" %10.*f", sb_rows[row].prec, v[run][row]);
 		printf("\n");
 	}
@@ -1076,8 +1067,8 @@ static void sb_print_raw(const struct sb_opts *o, size_t n, double (*v)[SB_NROWS
 
 static void sb_bench_size(const struct sb_opts *o, size_t n)
 {
-	double (*v)[SB_NROWS] = bench_alloc(o->runs * sizeof(*v));
-	double *sample = bench_alloc(o->runs * sizeof(double));
+	double (*v)[SB_NROWS] = bench_alloc(o->b.runs * sizeof(*v));
+	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	double med[SB_NROWS];
 	struct sb_notes notes = { 0 }, ignored;
 	const char *backend, *why;
@@ -1092,16 +1083,16 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 		  strcmp(backend, "epoll") == 0 ? "epoll" : "?";
 	sb_destroy(k, 0, "backend");
 
-	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup)
+	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
 					  : (unsigned int)run;
 		struct sb_notes *nt = run < 0 ? &ignored : &notes;
 		double one[SB_NROWS] = { 0 };
-		struct bench_rng r = { o->seed };
+		struct rng r = { o->b.seed };
 		char label[48];
 
 		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run", ri + 1,
-			 run < 0 ? o->warmup : o->runs);
+			 run < 0 ? o->b.warmup : o->b.runs);
 		/* Each (seed, N, run) its own stream; warm-ups others than the runs'. */
 		r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ (run < 0 ? UINT32_MAX - ri : ri);
 		atomic_store_explicit(&sb_strays, 0, memory_order_relaxed);
@@ -1112,12 +1103,12 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 			memcpy(v[ri], one, sizeof(one));
 	}
 	bench_progress_done();
-	if (o->raw)
+	if (o->b.raw)
 		sb_print_raw(o, n, v);
 	for (int row = 0; row < SB_NROWS; row++) {
-		for (unsigned int run = 0; run < o->runs; run++)
+		for (unsigned int run = 0; run < o->b.runs; run++)
 			sample[run] = v[run][row];
-		med[row] = bench_aggregate(sb_rows[row].agg, sample, o->runs);
+		med[row] = bench_aggregate(sb_rows[row].agg, sample, o->b.runs);
 	}
 	sb_print_table(o, n, med, &notes, o->cfg.shards, backend);
 	sb_lists_free(&l);
@@ -1143,7 +1134,7 @@ struct sb_scaler {
 static void *sb_scaler_main(void *arg)
 {
 	struct sb_scaler *s = arg;
-	struct bench_rng r = { s->seed };
+	struct rng r = { s->seed };
 	kairos_id *ring = s->ring;
 	int err = 0;
 
@@ -1204,18 +1195,18 @@ static double sb_scale_once(const struct sb_opts *o, unsigned shards, uint64_t s
 
 static void sb_scaling(const struct sb_opts *o)
 {
-	double *one = bench_alloc(o->runs * sizeof(double));
-	double *two = bench_alloc(o->runs * sizeof(double));
+	double *one = bench_alloc(o->b.runs * sizeof(double));
+	double *two = bench_alloc(o->b.runs * sizeof(double));
 	double m1, m2;
 
-	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup)
+	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
 					  : (unsigned int)run;
-		uint64_t seed = o->seed * 1000003u + (uint64_t)(run + 1000) * 64u;
+		uint64_t seed = o->b.seed * 1000003u + (uint64_t)(run + 1000) * 64u;
 		double a, b;
 
 		bench_progress("kairos-bench service: 2 shards vs 1, %s %u/%u",
-			       run < 0 ? "warm-up" : "run", ri + 1, run < 0 ? o->warmup : o->runs);
+			       run < 0 ? "warm-up" : "run", ri + 1, run < 0 ? o->b.warmup : o->b.runs);
 		/* Take turns going first. */
 		if (ri % 2) {
 			b = sb_scale_once(o, 2, seed);
@@ -1230,26 +1221,26 @@ static void sb_scaling(const struct sb_opts *o)
 		}
 	}
 	bench_progress_done();
-	if (o->raw) {
+	if (o->b.raw) {
 		printf("kairos-bench service: 2 shards vs 1, Mops/s in each run\n");
 		printf("%-8s", "1 shard");
-		for (unsigned int run = 0; run < o->runs; run++)
+		for (unsigned int run = 0; run < o->b.runs; run++)
 			printf(" %8.2f", one[run] / 1e6);
 		printf("\n%-8s", "2 shards");
-		for (unsigned int run = 0; run < o->runs; run++)
+		for (unsigned int run = 0; run < o->b.runs; run++)
 			printf(" %8.2f", two[run] / 1e6);
 		printf("\n\n");
 	}
-	m1 = bench_median(one, o->runs) / 1e6;
-	m2 = bench_median(two, o->runs) / 1e6;
-	if (o->markdown) {
+	m1 = bench_median(one, o->b.runs) / 1e6;
+	m2 = bench_median(two, o->b.runs) / 1e6;
+	if (o->b.markdown) {
 		printf("**kairos-bench service**: 2 shards vs 1, %u threads arm+cancel, %u pending "
-		       "each, runs=%u (median)\n\n", o->threads, SB_SCALE_WINDOW, o->runs);
+		       "each, runs=%u (median)\n\n", o->threads, SB_SCALE_WINDOW, o->b.runs);
 		printf("| shards | Mops/s | ratio |\n|---|---:|---:|\n");
 		printf("| 1 | %.2f | 1.00x |\n| 2 | %.2f | %.2fx |\n", m1, m2, m2 / m1);
 	} else {
 		printf("kairos-bench service: 2 shards vs 1, %u threads arm+cancel, %u pending "
-		       "each, runs=%u (median)\n", o->threads, SB_SCALE_WINDOW, o->runs);
+		       "each, runs=%u (median)\n", o->threads, SB_SCALE_WINDOW, o->b.runs);
 		printf("%-8s %10s %8s\n", "shards", "Mops/s", "ratio");
 		printf("%-8u %10.2f %7.2fx\n", 1u, m1, 1.0);
 		printf("%-8u %10.2f %7.2fx\n", 2u, m2, m2 / m1);
@@ -1357,7 +1348,7 @@ static void sk_lists_free(struct sk_lists *l)
 }
 
 /* A fresh random order of the ops: op i touches timer order[i]. */
-static void sk_op_order(struct sk_lists *l, struct bench_rng *r)
+static void sk_op_order(struct sk_lists *l, struct rng *r)
 {
 	rng_permutation(r, l->order, l->n);
 	for (size_t i = 0; i < l->n; i++) {
@@ -1478,10 +1469,10 @@ static void sk_progress(size_t n, const char *label, enum sk_path p, const char 
  * later, find (keys only) and cancel, each timed, each in a fresh random
  * order.  @r is the run's generator, copied: both paths draw the same.
  */
-static void sk_path_run(const struct sb_opts *o, struct sk_lists *l, struct bench_rng r0,
+static void sk_path_run(const struct sb_opts *o, struct sk_lists *l, struct rng r0,
 			enum sk_path p, const char *label, double *row)
 {
-	struct bench_rng *r = &r0;
+	struct rng *r = &r0;
 	size_t n = l->n;
 	uint64_t rss1, rss2;
 	struct kairos *k;
@@ -1542,13 +1533,13 @@ static void sk_print_table(const struct sb_opts *o, size_t n, double (*v)[SK_NRO
 {
 	char idc[32], ratio[32];
 
-	if (o->markdown) {
+	if (o->b.markdown) {
 		printf("**kairos-bench keys**: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n\n", n, o->runs, o->seed, o->cfg.shards, backend);
+		       "backend=%s (medians)\n\n", n, o->b.runs, o->b.seed, o->cfg.shards, backend);
 		printf("| op | id | key | key/id | unit |\n|---|---:|---:|---:|---|\n");
 	} else {
 		printf("kairos-bench keys: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n", n, o->runs, o->seed, o->cfg.shards, backend);
+		       "backend=%s (medians)\n", n, o->b.runs, o->b.seed, o->cfg.shards, backend);
 		printf("%-22s %10s %10s %8s  %s\n", "op", "id", "key", "key/id", "unit");
 	}
 	for (int row = 0; row < SK_NROWS; row++) {
@@ -1562,7 +1553,7 @@ static void sk_print_table(const struct sb_opts *o, size_t n, double (*v)[SK_NRO
 			snprintf(idc, sizeof(idc), "%.*f", ri->prec, a);
 			snprintf(ratio, sizeof(ratio), "%.2fx", b / a);
 		}
-		if (o->markdown)
+		if (o->b.markdown)
 			printf("| %s | %s | %.*f | %s | %s |\n", ri->name, idc, ri->prec, b, ratio,
 			       ri->unit);
 		else
@@ -1580,7 +1571,7 @@ static void sk_print_raw(const struct sb_opts *o, size_t n, double (*v)[SK_NPATH
 		const struct sk_row_info *ri = &sk_rows[row];
 
 		printf("%-22s", ri->name);
-		for (unsigned int run = 0; run < o->runs; run++) {
+		for (unsigned int run = 0; run < o->b.runs; run++) {
 			if (ri->key_only)
 				printf(" %8s / %-8.*f", "-", ri->prec, v[run][SK_KEY][row]);
 			else
@@ -1594,21 +1585,21 @@ static void sk_print_raw(const struct sb_opts *o, size_t n, double (*v)[SK_NPATH
 
 static void sk_bench_size(const struct sb_opts *o, size_t n, const char *backend)
 {
-	double (*v)[SK_NPATHS][SK_NROWS] = bench_alloc(o->runs * sizeof(*v));
-	double *sample = bench_alloc(o->runs * sizeof(double));
+	double (*v)[SK_NPATHS][SK_NROWS] = bench_alloc(o->b.runs * sizeof(*v));
+	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	double med[SK_NPATHS][SK_NROWS];
 	struct sk_lists l;
 
 	sk_lists_alloc(&l, n);
-	for (int run = -(int)o->warmup; run < (int)o->runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->warmup)
+	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
+		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
 					  : (unsigned int)run;
 		double one[SK_NPATHS][SK_NROWS] = { { 0 } };
-		struct bench_rng r = { o->seed };
+		struct rng r = { o->b.seed };
 		char label[48];
 
 		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run", ri + 1,
-			 run < 0 ? o->warmup : o->runs);
+			 run < 0 ? o->b.warmup : o->b.runs);
 		/* Each (seed, N, run) its own stream, the same for both paths. */
 		r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ (run < 0 ? UINT32_MAX - ri : ri);
 		atomic_store_explicit(&sb_strays, 0, memory_order_relaxed);
@@ -1622,13 +1613,13 @@ static void sk_bench_size(const struct sb_opts *o, size_t n, const char *backend
 			memcpy(v[ri], one, sizeof(one));
 	}
 	bench_progress_done();
-	if (o->raw)
+	if (o->b.raw)
 		sk_print_raw(o, n, v);
 	for (int p = 0; p < SK_NPATHS; p++) {
 		for (int row = 0; row < SK_NROWS; row++) {
-			for (unsigned int run = 0; run < o->runs; run++)
+			for (unsigned int run = 0; run < o->b.runs; run++)
 				sample[run] = v[run][p][row];
-			med[p][row] = bench_median(sample, o->runs);
+			med[p][row] = bench_median(sample, o->b.runs);
 		}
 	}
 	sk_print_table(o, n, med, backend);
@@ -1639,7 +1630,7 @@ static void sk_bench_size(const struct sb_opts *o, size_t n, const char *backend
 
 static void sk_print_legend(const struct sb_opts *o, const char *backend, const char *why)
 {
-	const char *pre = o->markdown ? "" : "# ";
+	const char *pre = o->b.markdown ? "" : "# ";
 
 	printf("%skeys: called from the main thread (not a shard thread); shards=%u%s, "
 	       "workers=%u per shard, tick=%" PRIu64 " us;\n", pre, o->cfg.shards,
@@ -1665,7 +1656,7 @@ static void sk_print_legend(const struct sb_opts *o, const char *backend, const 
 
 static void sb_print_legend(const struct sb_opts *o)
 {
-	const char *pre = o->markdown ? "" : "# ";
+	const char *pre = o->b.markdown ? "" : "# ";
 	const char *backend, *why;
 	struct kairos *k = sb_create(&o->cfg);
 
@@ -1755,88 +1746,42 @@ struct sb_mode {
 static const struct sb_mode sb_mode_service = { "service", sb_usage, true, { 100000, 1000000 } };
 static const struct sb_mode sb_mode_keys = { "keys", sk_usage, false, { 10000, 1000000 } };
 
-/* A bad argument: the message, @m's usage, and exit status 2. */
-#define sb_bad_arg(...)	bench_bad_arg(m->name, m->usage, __VA_ARGS__)
-
 /*
  * Parses the options of mode @m into @o and sets up its service config.
- * Return: -1 to go on, else the exit status (0 after --help, 2 on a bad
- * argument).
+ * Return: -1 to go on, else the exit status (0 after --help).
  */
 static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_opts *o)
 {
 	static const struct option longopts[] = {
-		{ "n", required_argument, NULL, 'n' },
-		{ "runs", required_argument, NULL, 'r' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "warmup", required_argument, NULL, 'w' },
+		BENCH_OPT_N, BENCH_OPT_RUNS, BENCH_OPT_WARMUP, BENCH_OPT_SEED,
+		BENCH_OPT_MARKDOWN, BENCH_OPT_RAW, BENCH_OPT_HELP,
 		{ "shards", required_argument, NULL, 'S' },
 		{ "threads", required_argument, NULL, 't' },
-		{ "markdown", no_argument, NULL, 'm' },
-		{ "raw", no_argument, NULL, 'R' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t v;
 	int c;
 
-	opterr = 0;	/* our messages, not getopt's */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	bench_opt_start(m->name);
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		if (bench_opt(c, &o->b, 1000, SB_MAX_N))
+			continue;
 		switch (c) {
-		case 'n':
-			if (bench_parse_u64(optarg, 1000, SB_MAX_N, &v) != 0)
-				return sb_bad_arg("bad --n '%s' (1000..%u)", optarg, SB_MAX_N);
-			if (o->nsizes == SB_MAX_SIZES)
-				return sb_bad_arg("too many --n (at most 8), at '%s'", optarg);
-			o->sizes[o->nsizes++] = (size_t)v;
-			break;
-		case 'r':
-			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
-				return sb_bad_arg("bad --runs '%s' (1..1000)", optarg);
-			o->runs = (unsigned int)v;
-			break;
-		case 's':
-			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
-				return sb_bad_arg("bad --seed '%s'", optarg);
-			o->seed = v;
-			break;
-		case 'w':
-			if (bench_parse_u64(optarg, 0, 1000, &v) != 0)
-				return sb_bad_arg("bad --warmup '%s' (0..1000)", optarg);
-			o->warmup = (unsigned int)v;
-			break;
 		case 'S':
-			if (bench_parse_u64(optarg, 0, 256, &v) != 0)
-				return sb_bad_arg("bad --shards '%s' (0..256)", optarg);
-			o->shards = (unsigned int)v;
+			o->shards = (unsigned int)opt_u64("--shards", optarg, 0, 256);
 			break;
 		case 't':
 			if (!m->threads)
-				return sb_bad_arg("--threads is an option of mode service only");
-			if (bench_parse_u64(optarg, 1, SB_MAX_THREADS, &v) != 0)
-				return sb_bad_arg("bad --threads '%s' (1..%u)", optarg,
-						  SB_MAX_THREADS);
-			o->threads = (unsigned int)v;
-			break;
-		case 'm':
-			o->markdown = true;
-			break;
-		case 'R':
-			o->raw = true;
+				opt_fail("--threads", "an option of mode service only");
+			o->threads = (unsigned int)opt_u64("--threads", optarg, 1, SB_MAX_THREADS);
 			break;
 		case 'h':
 			m->usage(stdout);
 			return 0;
-		default:
-			return sb_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		return sb_bad_arg("unexpected argument '%s'", argv[optind]);
-	if (!o->nsizes) {
-		o->sizes[o->nsizes++] = m->sizes[0];
-		o->sizes[o->nsizes++] = m->sizes[1];
+	if (!o->b.nsizes) {
+		o->b.sizes[o->b.nsizes++] = m->sizes[0];
+		o->b.sizes[o->b.nsizes++] = m->sizes[1];
 	}
 	kairos_config_default(&o->cfg);
 	if (o->shards)
@@ -1854,14 +1799,14 @@ static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_op
 /* @argv[0] is "service". */
 int sb_main(int argc, char **argv)
 {
-	struct sb_opts o = { .runs = 5, .warmup = 1, .seed = 1, .threads = 2 };
+	struct sb_opts o = { .b = { .runs = 5, .warmup = 1, .seed = 1 }, .threads = 2 };
 	int rc = sb_parse(&sb_mode_service, argc, argv, &o);
 
 	if (rc >= 0)
 		return rc;
 	sb_print_legend(&o);
-	for (unsigned int i = 0; i < o.nsizes; i++)
-		sb_bench_size(&o, o.sizes[i]);
+	for (unsigned int i = 0; i < o.b.nsizes; i++)
+		sb_bench_size(&o, o.b.sizes[i]);
 	sb_scaling(&o);
 	return 0;
 }
@@ -1869,7 +1814,7 @@ int sb_main(int argc, char **argv)
 /* @argv[0] is "keys". */
 int sk_main(int argc, char **argv)
 {
-	struct sb_opts o = { .runs = SK_DEFAULT_RUNS, .warmup = 1, .seed = 1 };
+	struct sb_opts o = { .b = { .runs = SK_DEFAULT_RUNS, .warmup = 1, .seed = 1 } };
 	const char *backend, *why;
 	struct kairos *k;
 	int rc = sb_parse(&sb_mode_keys, argc, argv, &o);
@@ -1883,7 +1828,7 @@ int sk_main(int argc, char **argv)
 	backend = strcmp(backend, "io_uring") == 0 ? "io_uring" :
 		  strcmp(backend, "epoll") == 0 ? "epoll" : "?";
 	sb_destroy(k, 0, "backend");
-	for (unsigned int i = 0; i < o.nsizes; i++)
-		sk_bench_size(&o, o.sizes[i], backend);
+	for (unsigned int i = 0; i < o.b.nsizes; i++)
+		sk_bench_size(&o, o.b.sizes[i], backend);
 	return 0;
 }

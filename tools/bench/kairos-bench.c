@@ -8,15 +8,15 @@
  * Each mode lives in a file of its own and is reached only through the mode
  * table below, so that modes never touch each other:
  *
- *   wheel     bench_wheel.c: the timing wheel against a binary heap, one
+ *   wheel     wheel.c: the timing wheel against a binary heap, one
  *             thread, virtual time.
- *   service   bench_service.c: the kairos service through its public API,
+ *   service   service.c: the kairos service through its public API,
  *             called from a thread that is not a shard thread.
- *   keys      bench_service.c: keyed timers (kairos_arm_opts with a key,
+ *   keys      service.c: keyed timers (kairos_arm_opts with a key,
  *             kairos_key_reset, _find, _cancel) beside the id path.
- *   peer      bench_peer.c: the same workloads on kairos, libev, libuv,
+ *   peer      peer.c: the same workloads on kairos, libev, libuv,
  *             libevent and one timerfd per timer, with ratios to kairos.
- *   scale     bench_scale.c: 1, 2, 4, 8 caller threads on one kairos
+ *   scale     scale.c: 1, 2, 4, 8 caller threads on one kairos
  *             service, and on one binary heap under one mutex.
  *
  * Helpers every mode uses (failing loudly, the clock, memory, the generator,
@@ -24,7 +24,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -68,11 +67,9 @@ int main(int argc, char **argv)
 		bench_usage(stdout);
 		return 0;
 	}
-	bench_progress_on = isatty(STDERR_FILENO);
 	for (size_t i = 0; i < BENCH_NMODES; i++)
 		if (!strcmp(argv[1], bench_modes[i].name))
 			return bench_modes[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "kairos-bench: unknown mode '%s'\n\n", argv[1]);
-	bench_usage(stderr);
+	fprintf(stderr, "kairos-bench: unknown mode '%s' (see --help)\n", argv[1]);
 	return 2;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_keys.c - the key mix of kairos-stress: one-shot timers named by
+ * keys.c - the key mix of kairos-stress: one-shot timers named by
  * keys, set, moved, removed and looked up from many threads, and checked
  * against the contract of kairos_arm_opts(3) and kairos_key_find(3).
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_scale.c - kairos-bench mode "scale".
+ * scale.c - kairos-bench mode "scale".
  *
  *	kairos-bench scale [options]
  *
@@ -62,7 +62,6 @@
  * drop exactly T * P, the heap must hold T * P) and none fired.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -102,9 +101,7 @@ struct sc_opts {
 	uint64_t per_thread;
 	unsigned int shards;
 	double seconds;
-	unsigned int runs;
-	uint64_t seed;
-	bool raw;
+	struct bench_opts b;	/* runs, seed, raw */
 };
 
 /* One caller thread; its slots are 0 .. P - 1, base + slot among all. */
@@ -138,7 +135,7 @@ struct sc_impl {
 
 static _Atomic bool sc_stop;		/* set by the main thread: the mix ends */
 
-static uint64_t sc_far_delay(struct bench_rng *r)
+static uint64_t sc_far_delay(struct rng *r)
 {
 	return SC_FAR_MIN + rng_next(r) % SC_FAR_SPAN;
 }
@@ -520,7 +517,7 @@ static void *sc_thread_main(void *arg)
 {
 	struct sc_thread *t = arg;
 	const struct sc_impl *im = t->im;
-	struct bench_rng r = { t->seed };
+	struct rng r = { t->seed };
 	uint64_t *delay = t->delay;
 	uint32_t per = t->per;
 	uint64_t calls = 0;
@@ -692,34 +689,34 @@ static void sc_print_goal(const struct sc_opts *o, double (*med)[SC_MAX_TLIST])
 
 static void sc_run(const struct sc_opts *o)
 {
-	double (*v)[SC_MAX_TLIST][SC_NIMPL] = bench_alloc(o->runs * sizeof(*v));
+	double (*v)[SC_MAX_TLIST][SC_NIMPL] = bench_alloc(o->b.runs * sizeof(*v));
 	double med[SC_NIMPL][SC_MAX_TLIST];
-	double *sample = bench_alloc(o->runs * sizeof(double));
+	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	int one = sc_row_of(o, 1);
 
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
 		unsigned int nt = o->threads[ti];
 
-		for (unsigned int run = 0; run < o->runs; run++) {
+		for (unsigned int run = 0; run < o->b.runs; run++) {
 			/* The same seeds for both: the same slots in the same order. */
-			uint64_t seed = (o->seed * UINT64_C(1000003) + run) * 4096u + nt * 64u;
+			uint64_t seed = (o->b.seed * UINT64_C(1000003) + run) * 4096u + nt * 64u;
 
 			for (size_t k = 0; k < SC_NIMPL; k++) {
 				size_t i = (k + run) % SC_NIMPL;
 
 				bench_progress("kairos-bench scale: T=%u run %u/%u: %s", nt,
-					       run + 1, o->runs, sc_impls[i]->name);
+					       run + 1, o->b.runs, sc_impls[i]->name);
 				v[run][ti][i] = sc_measure(o, sc_impls[i], nt, seed);
 			}
 		}
 	}
 	bench_progress_done();
-	if (o->raw) {
+	if (o->b.raw) {
 		printf("kairos-bench scale: Mcalls/s in each run\n");
 		for (unsigned int ti = 0; ti < o->nthreads; ti++)
 			for (size_t i = 0; i < SC_NIMPL; i++) {
 				printf("T=%-3u %-12s", o->threads[ti], sc_impls[i]->name);
-				for (unsigned int run = 0; run < o->runs; run++)
+				for (unsigned int run = 0; run < o->b.runs; run++)
 					printf(" %8.3f", v[run][ti][i] / 1e6);
 				printf("\n");
 			}
@@ -727,14 +724,14 @@ static void sc_run(const struct sc_opts *o)
 	}
 	for (unsigned int ti = 0; ti < o->nthreads; ti++)
 		for (size_t i = 0; i < SC_NIMPL; i++) {
-			for (unsigned int run = 0; run < o->runs; run++)
+			for (unsigned int run = 0; run < o->b.runs; run++)
 				sample[run] = v[run][ti][i];
-			med[i][ti] = bench_median(sample, o->runs);
+			med[i][ti] = bench_median(sample, o->b.runs);
 		}
 
 	printf("kairos-bench scale: P=%" PRIu64 " timers per thread, shards=%u, %.1f s per "
 	       "measurement, runs=%u, seed=%" PRIu64 " (medians)\n", o->per_thread, o->shards,
-	       o->seconds, o->runs, o->seed);
+	       o->seconds, o->b.runs, o->b.seed);
 	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s\n", "threads", "kairos Mcalls/s",
 	       "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1", "kairos/heap");
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
@@ -792,10 +789,8 @@ static void sc_usage(FILE *f)
 		SC_GOAL_T, SC_GOAL_SELF, SC_GOAL_HEAP, SC_MAX_THREADS, SC_MAX_PER);
 }
 
-/* A bad argument: the message, the usage, and exit status 2. */
-#define sc_bad_arg(...)	bench_bad_arg("scale", sc_usage, __VA_ARGS__)
 
-static int sc_parse_threads(struct sc_opts *o, const char *arg)
+static void sc_parse_threads(struct sc_opts *o, const char *arg)
 {
 	const char *p = arg;
 	char num[32];
@@ -803,90 +798,55 @@ static int sc_parse_threads(struct sc_opts *o, const char *arg)
 	o->nthreads = 0;
 	do {
 		size_t len = strcspn(p, ",");
-		uint64_t v;
 
-		if (len >= sizeof(num))
-			return sc_bad_arg("bad --threads '%s'", arg);
-		memcpy(num, p, len);
-		num[len] = '\0';
-		if (bench_parse_u64(num, 1, SC_MAX_THREADS, &v) != 0)
-			return sc_bad_arg("bad thread count '%s' in --threads (1..%u)", num,
-					  SC_MAX_THREADS);
+		snprintf(num, sizeof(num), "%.*s", (int)len, p);
 		if (o->nthreads == SC_MAX_TLIST)
-			return sc_bad_arg("too many thread counts in --threads (at most %u)",
-					  SC_MAX_TLIST);
-		o->threads[o->nthreads++] = (unsigned int)v;
+			opt_fail("--threads", "more than %u thread counts", SC_MAX_TLIST);
+		o->threads[o->nthreads++] = (unsigned int)opt_u64("--threads", num, 1,
+								  SC_MAX_THREADS);
 		p += len;
 	} while (*p++ == ',');
-	return 0;
 }
 
 /* @argv[0] is "scale". */
 int sc_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		BENCH_OPT_RUNS, BENCH_OPT_SEED, BENCH_OPT_RAW, BENCH_OPT_HELP,
 		{ "threads", required_argument, NULL, 't' },
 		{ "per-thread", required_argument, NULL, 'p' },
 		{ "shards", required_argument, NULL, 'S' },
 		{ "seconds", required_argument, NULL, 'd' },
-		{ "runs", required_argument, NULL, 'r' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "raw", no_argument, NULL, 'R' },
-		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sc_opts o = {
 		.threads = { 1, 2, 4, 8 }, .nthreads = 4, .per_thread = 100000, .shards = 2,
-		.seconds = 2, .runs = 3, .seed = 1,
+		.seconds = 2, .b = { .runs = 3, .seed = 1 },
 	};
-	uint64_t v;
 	int c;
 
-	opterr = 0;	/* our messages, not getopt's */
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	bench_opt_start("scale");
+	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
+		if (bench_opt(c, &o.b, 0, 0))
+			continue;
 		switch (c) {
 		case 't':
-			if (sc_parse_threads(&o, optarg) != 0)
-				return 2;
+			sc_parse_threads(&o, optarg);
 			break;
 		case 'p':
-			if (bench_parse_u64(optarg, 1, SC_MAX_PER, &v) != 0)
-				return sc_bad_arg("bad --per-thread '%s' (1..%u)", optarg,
-						  SC_MAX_PER);
-			o.per_thread = v;
+			o.per_thread = opt_u64("--per-thread", optarg, 1, SC_MAX_PER);
 			break;
 		case 'S':
-			if (bench_parse_u64(optarg, 1, 256, &v) != 0)
-				return sc_bad_arg("bad --shards '%s' (1..256)", optarg);
-			o.shards = (unsigned int)v;
+			o.shards = (unsigned int)opt_u64("--shards", optarg, 1, 256);
 			break;
 		case 'd':
-			if (bench_parse_double(optarg, 0.1, 600, &o.seconds) != 0)
-				return sc_bad_arg("bad --seconds '%s' (0.1..600)", optarg);
-			break;
-		case 'r':
-			if (bench_parse_u64(optarg, 1, 1000, &v) != 0)
-				return sc_bad_arg("bad --runs '%s' (1..1000)", optarg);
-			o.runs = (unsigned int)v;
-			break;
-		case 's':
-			if (bench_parse_u64(optarg, 0, UINT64_MAX, &v) != 0)
-				return sc_bad_arg("bad --seed '%s'", optarg);
-			o.seed = v;
-			break;
-		case 'R':
-			o.raw = true;
+			o.seconds = opt_double("--seconds", optarg, 0.1, 600);
 			break;
 		case 'h':
 			sc_usage(stdout);
 			return 0;
-		default:
-			return sc_bad_arg("bad or incomplete option '%s'", argv[optind - 1]);
 		}
 	}
-	if (optind < argc)
-		return sc_bad_arg("unexpected argument '%s'", argv[optind]);
 
 #ifndef __OPTIMIZE__
 	printf("kairos-bench scale: warning: built without optimization; "

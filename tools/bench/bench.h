@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench.h - helpers shared by every mode of kairos-bench: failing loudly,
- * the clock, memory, a seeded generator, argument parsing, progress lines,
+ * the clock, memory, the shared options, progress lines,
  * medians, goal cells and the machine's line.  Definitions in bench.c; the
  * few called inside timed loops are inline here.
  *
- * Each mode lives in a file of its own (bench_<mode>.c) and is reached only
+ * Each mode lives in a file of its own (<mode>.c) and is reached only
  * through its entry point, listed in the mode table of kairos-bench.c.
  */
 #ifndef KAIROS_BENCH_H
@@ -17,17 +17,17 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "opt.h"
+#include "rng.h"
+
 #define BENCH_ALIGN	64	/* cache line: records start on one */
 
 /* Mode entry points; @argv[0] is the mode's name. */
-int wb_main(int argc, char **argv);	/* bench_wheel.c */
-int sb_main(int argc, char **argv);	/* bench_service.c */
-int sk_main(int argc, char **argv);	/* bench_service.c: keyed timers */
-int pb_main(int argc, char **argv);	/* bench_peer.c */
-int sc_main(int argc, char **argv);	/* bench_scale.c */
-
-/* Whether to print progress lines: only when stderr is a terminal. */
-extern bool bench_progress_on;
+int wb_main(int argc, char **argv);	/* wheel.c */
+int sb_main(int argc, char **argv);	/* service.c */
+int sk_main(int argc, char **argv);	/* service.c: keyed timers */
+int pb_main(int argc, char **argv);	/* peer.c */
+int sc_main(int argc, char **argv);	/* scale.c */
 
 __attribute__((format(printf, 3, 4), noreturn))
 void bench_die_at(const char *file, int line, const char *fmt, ...);
@@ -50,51 +50,41 @@ static inline uint64_t bench_now_ns(void)
  */
 void *bench_alloc(size_t size);
 
-/* splitmix64: tiny, fast, and good enough to drive a benchmark and a test. */
-struct bench_rng {
-	uint64_t s;
+/* Fills @v with a random permutation of 0 .. @n - 1 (Fisher-Yates). */
+void rng_permutation(struct rng *r, uint32_t *v, size_t n);
+
+/*
+ * The options the modes share.  A mode lists those it takes in its
+ * getopt_long table (BENCH_OPT_*) and hands them to bench_opt().
+ */
+#define BENCH_MAX_SIZES	8
+
+struct bench_opts {
+	size_t sizes[BENCH_MAX_SIZES];	/* --n, repeated */
+	unsigned int nsizes;
+	unsigned int runs;		/* --runs */
+	unsigned int warmup;		/* --warmup */
+	uint64_t seed;			/* --seed */
+	bool markdown;			/* --markdown */
+	bool raw;			/* --raw */
 };
 
-static inline uint64_t rng_next(struct bench_rng *r)
-{
-	uint64_t z = (r->s += UINT64_C(0x9e3779b97f4a7c15));
+#define BENCH_OPT_N		{ "n", required_argument, NULL, 'n' }
+#define BENCH_OPT_RUNS		{ "runs", required_argument, NULL, 'r' }
+#define BENCH_OPT_WARMUP	{ "warmup", required_argument, NULL, 'w' }
+#define BENCH_OPT_SEED		{ "seed", required_argument, NULL, 's' }
+#define BENCH_OPT_MARKDOWN	{ "markdown", no_argument, NULL, 'm' }
+#define BENCH_OPT_RAW		{ "raw", no_argument, NULL, 'R' }
+#define BENCH_OPT_HELP		{ "help", no_argument, NULL, 'h' }
 
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-/*
- * Uniform in [0, @bound) by multiply-shift: no division in the generators.
- * The bias, below @bound / 2^32 relative, is far under the noise.
- */
-static inline uint32_t rng_below(struct bench_rng *r, uint32_t bound)
-{
-	return (uint32_t)(((rng_next(r) >> 32) * bound) >> 32);
-}
-
-/* Fills @v with a random permutation of 0 .. @n - 1 (Fisher-Yates). */
-void rng_permutation(struct bench_rng *r, uint32_t *v, size_t n);
+/* Starts parsing the options of @mode: messages say "kairos-bench MODE". */
+void bench_opt_start(const char *mode);
 
 /*
- * Parses a decimal count, also in the form 1e6, into [@min, @max].
- * Return: 0, or -EINVAL (not a number) or -ERANGE (out of range).
+ * Takes option @c into @o if it is one of BENCH_OPT_* (--n within
+ * [@min_n, @max_n]); exits 2 on a bad value.  Return: whether it was.
  */
-int bench_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
-
-/*
- * Parses a plain decimal number such as 12.5 (no sign, no exponent, no
- * blanks) into [@min, @max].
- * Return: 0, or -EINVAL (not a number) or -ERANGE (out of range).
- */
-int bench_parse_double(const char *s, double min, double max, double *out);
-
-/*
- * Prints "kairos-bench MODE: " and the message, then @usage's text, on
- * stderr.  Return: 2, the exit status for bad usage.
- */
-__attribute__((format(printf, 3, 4)))
-int bench_bad_arg(const char *mode, void (*usage)(FILE *), const char *fmt, ...);
+bool bench_opt(int c, struct bench_opts *o, size_t min_n, size_t max_n);
 
 /* The process: CPU of all its threads, resident memory, and quiet. */
 uint64_t bench_cpu_ns(void);
@@ -111,7 +101,10 @@ void bench_settle(void);
 /* The CPU model, the CPUs online and the kernel release, on one line. */
 void bench_machine(char *buf, size_t len);
 
-/* One status line on stderr, rewritten in place; nothing unless a terminal. */
+/*
+ * One status line on stderr, rewritten in place and cut to the terminal's
+ * width; nothing unless stderr is a terminal.
+ */
 __attribute__((format(printf, 1, 2)))
 void bench_progress(const char *fmt, ...);
 void bench_progress_done(void);
