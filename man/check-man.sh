@@ -8,8 +8,9 @@
 #
 # (a) Each page is formatted with groff (or linted with mandoc when groff is
 #     missing); any warning fails the test.
-# (b) Each function declared in HEADER (lines matching ^int kairos_ or
-#     ^void kairos_) must have MANDIR/<function>.3: a page, a symbolic link
+# (b) Each function declared in HEADER (a line that starts with its return
+#     type, whatever it is: "int kairos_x(", "const char *kairos_y(") must
+#     have MANDIR/<function>.3: a page, a symbolic link
 #     to one, or a ".so" page naming one; and the NAME section of the page it
 #     resolves to must list the function.
 #
@@ -73,7 +74,7 @@ if [ "$n" -eq 0 ]; then
 fi
 
 # (b) Every public function has a page that names it.
-fns=$(sed -n -E 's/^(int|void) (kairos_[A-Za-z0-9_]*)\(.*/\2/p' "$header")
+fns=$(sed -n -E 's/^[a-z][a-z0-9_ ]*[ *](kairos_[A-Za-z0-9_]*)\(.*/\1/p' "$header")
 if [ -z "$fns" ]; then
 	echo "check-man: no functions found in $header"
 	exit 1

@@ -164,6 +164,12 @@ static int config_fix(struct kairos_config *cfg)
 		return -EINVAL;
 	if (cfg->ring_entries > 4096)
 		return -EINVAL;
+	/* Reserved for later fields whose 0 keeps today's behaviour. */
+	if (cfg->reserved_uint)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
+		if (cfg->reserved[i])
+			return -EINVAL;
 	return 0;
 }
 

@@ -448,11 +448,14 @@ static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
 		t->fired++;
 
 	if (out) {
-		out->id = id;
-		out->fn = r->fn;
-		out->arg = r->arg;
-		out->deadline_ns = deadline_ns;
-		out->status = status;
+		/* Every field, the reserved words too (0): see struct kairos_expiry. */
+		*out = (struct kairos_expiry){
+			.id = id,
+			.fn = r->fn,
+			.arg = r->arg,
+			.deadline_ns = deadline_ns,
+			.status = status,
+		};
 	} else if (r->fn) {
 		struct kairos *was_service = tls_service;
 		kairos_id was_timer = tls_timer;

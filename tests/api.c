@@ -2,7 +2,8 @@
 /*
  * api.c - the service's arguments and configuration: defaults, a zero-filled
  * config, every -EINVAL, -EOVERFLOW and -ESHUTDOWN (which comes first after
- * destroy), the clocks, max_timers exact under concurrency.
+ * destroy), the clocks, max_timers exact under concurrency; the version
+ * function and macros, and the reserved words of the public structs.
  *
  * Real clock, shared 2-core machine: lower bounds are strict, upper bounds
  * generous, and nothing asserts speed.  meson runs this program twice: with
@@ -526,6 +527,150 @@ START_TEST(test_api_tick_bounds)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Versions and reserved words                                         */
+
+/* The library that runs is the header's version, in every spelling. */
+
+#if !KAIROS_CHECK_VERSION(KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR, KAIROS_VERSION_PATCH)
+#error "KAIROS_CHECK_VERSION is false for the header's own version"
+#endif
+#if KAIROS_CHECK_VERSION(KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR, KAIROS_VERSION_PATCH + 1)
+#error "KAIROS_CHECK_VERSION is true for a later patch"
+#endif
+
+START_TEST(test_api_version)
+{
+	unsigned major = 99, minor = 99, patch = 99;
+	const char *v = kairos_version(&major, &minor, &patch);
+	char want[64];
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_str_eq(v, KAIROS_VERSION_STRING);
+	ck_assert_uint_eq(major, KAIROS_VERSION_MAJOR);
+	ck_assert_uint_eq(minor, KAIROS_VERSION_MINOR);
+	ck_assert_uint_eq(patch, KAIROS_VERSION_PATCH);
+	ck_assert_uint_eq(KAIROS_VERSION_NUMBER, major << 16 | minor << 8 | patch);
+	snprintf(want, sizeof(want), "%u.%u.%u", major, minor, patch);
+	ck_assert_str_eq(v, want);
+	/* Each part may be NULL; the string stays the same one. */
+	ck_assert_ptr_eq(kairos_version(NULL, NULL, NULL), v);
+	major = 99;
+	ck_assert_ptr_eq(kairos_version(&major, NULL, NULL), v);
+	ck_assert_uint_eq(major, KAIROS_VERSION_MAJOR);
+
+	/* The check macro: the header's version and everything older, nothing newer. */
+	ck_assert(KAIROS_CHECK_VERSION(0, 0, 0));
+	ck_assert(KAIROS_CHECK_VERSION(major, minor, patch));
+	ck_assert(!KAIROS_CHECK_VERSION(major, minor, patch + 1));
+	ck_assert(!KAIROS_CHECK_VERSION(major, minor + 1, 0));
+	ck_assert(!KAIROS_CHECK_VERSION(major + 1, 0, 0));
+	if (patch > 0)
+		ck_assert(KAIROS_CHECK_VERSION(major, minor, patch - 1));
+	if (minor > 0)
+		ck_assert(KAIROS_CHECK_VERSION(major, minor - 1, 255));
+	if (major > 0)
+		ck_assert(KAIROS_CHECK_VERSION(major - 1, 255, 255));
+}
+END_TEST
+
+/*
+ * The sizes of the structs callers allocate are part of the ABI: they grow
+ * only into their reserved words (docs/ABI.md).  Pinned for LP64.
+ */
+
+START_TEST(test_api_struct_sizes)
+{
+#if UINTPTR_MAX == UINT64_MAX
+	ck_assert_uint_eq(sizeof(struct kairos_config), 120);
+	ck_assert_uint_eq(sizeof(struct kairos_stats), 176);
+	ck_assert_uint_eq(sizeof(struct kairos_timer_opts), 104);
+	ck_assert_uint_eq(sizeof(struct kairos_expiry), 56);
+#endif
+}
+END_TEST
+
+/* kairos_config_default() zero-fills the reserved words; create refuses any other. */
+
+START_TEST(test_api_config_reserved)
+{
+	int base = t_thread_baseline();
+	struct kairos_config c;
+	struct kairos *k = NULL;
+	size_t n = sizeof(c.reserved) / sizeof(c.reserved[0]);
+
+	memset(&c, 0xa5, sizeof(c));
+	kairos_config_default(&c);
+	ck_assert_uint_eq(c.reserved_uint, 0);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(c.reserved[i] == 0, "reserved[%zu] not zero-filled", i);
+
+	c = t_cfg(1, 1);
+	c.reserved_uint = 1;
+	ck_assert_int_eq(kairos_create(&c, &k), -EINVAL);
+	ck_assert_ptr_null(k);
+	for (size_t i = 0; i < n; i++) {
+		c = t_cfg(1, 1);
+		c.reserved[i] = UINT64_C(1) << (i * 8);
+		ck_assert_msg(kairos_create(&c, &k) == -EINVAL, "reserved[%zu] != 0 accepted", i);
+		ck_assert_ptr_null(k);
+	}
+	/* A zero-filled config has them 0 too; and a failed create leaves no thread. */
+	memset(&c, 0, sizeof(c));
+	c.shards = 1;
+	c.workers = 1;
+	c.reserved[n - 1] = UINT64_MAX;
+	ck_assert_int_eq(kairos_create(&c, &k), -EINVAL);
+	ck_assert_int_eq(t_wait_threads(base, 2000), base);
+}
+END_TEST
+
+/* kairos_stats() and kairos_queue_take() write 0 into their reserved words. */
+
+START_TEST(test_api_output_reserved)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos_timer_opts o;
+	struct kairos_expiry e[2];
+	struct kairos_queue *q;
+	struct kairos_stats st;
+	struct kairos *k;
+	int arg;
+
+	c.clock = KAIROS_CLOCK_MANUAL;
+	k = t_create(&c);
+	memset(&st, 0xa5, sizeof(st));
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.reserved_uint, 0);
+	for (size_t i = 0; i < sizeof(st.reserved) / sizeof(st.reserved[0]); i++)
+		ck_assert_msg(st.reserved[i] == 0, "stats reserved[%zu] = %#" PRIx64, i,
+			      st.reserved[i]);
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	memset(&o, 0, sizeof(o));
+	o.queue = q;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, NULL, &arg, NULL), 0);
+	ck_assert_int_eq(kairos_clock_advance(k, 2 * T_MS), 0);
+	memset(e, 0xa5, sizeof(e));
+	ck_assert_int_eq(kairos_queue_take(q, e, 2, 0), 1);
+	ck_assert_ptr_eq(e[0].arg, &arg);
+	ck_assert_int_eq(e[0].status, 1);
+	ck_assert_int_eq(e[0].reserved_int, 0);
+	for (size_t i = 0; i < sizeof(e[0].reserved) / sizeof(e[0].reserved[0]); i++)
+		ck_assert_msg(e[0].reserved[i] == 0, "expiry reserved[%zu] = %#" PRIx64, i,
+			      e[0].reserved[i]);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+
+	/* The final counters after destroy, too. */
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	memset(&st, 0xa5, sizeof(st));
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.reserved_uint, 0);
+	for (size_t i = 0; i < sizeof(st.reserved) / sizeof(st.reserved[0]); i++)
+		ck_assert_uint_eq(st.reserved[i], 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("api");
@@ -547,6 +692,10 @@ int main(void)
 	tcase_add_test(tc, test_api_max_timers_concurrent);
 	tcase_add_test(tc, test_api_eshutdown_before_argument_errors);
 	tcase_add_test(tc, test_api_tick_bounds);
+	tcase_add_test(tc, test_api_version);
+	tcase_add_test(tc, test_api_struct_sizes);
+	tcase_add_test(tc, test_api_config_reserved);
+	tcase_add_test(tc, test_api_output_reserved);
 	suite_add_tcase(s, tc);
 	return t_main(s, "api");
 }

@@ -29,9 +29,42 @@
 extern "C" {
 #endif
 
+/*
+ * The version of this header (meson.build checks that it is the project's).
+ * kairos_version() returns the library's, which a program linked against
+ * the shared library may find newer than its header.  The ABI rules are in
+ * docs/ABI.md: within one soname (libkairos.so.0) a newer library runs
+ * programs built against any older header.
+ */
 #define KAIROS_VERSION_MAJOR	0
 #define KAIROS_VERSION_MINOR	1
 #define KAIROS_VERSION_PATCH	0
+
+#define KAIROS_VERSION_XSTR(x)	KAIROS_VERSION_STR(x)
+#define KAIROS_VERSION_STR(x)	#x
+/* "MAJOR.MINOR.PATCH" of this header, e.g. "0.1.0". */
+#define KAIROS_VERSION_STRING						\
+	KAIROS_VERSION_XSTR(KAIROS_VERSION_MAJOR) "."			\
+	KAIROS_VERSION_XSTR(KAIROS_VERSION_MINOR) "."			\
+	KAIROS_VERSION_XSTR(KAIROS_VERSION_PATCH)
+
+/*
+ * The header's version as one number, 0xMMmmpp (each part below 256), as
+ * libuv's UV_VERSION_HEX: versions compare as numbers.
+ */
+#define KAIROS_VERSION_NUMBER						\
+	((KAIROS_VERSION_MAJOR << 16) | (KAIROS_VERSION_MINOR << 8) | KAIROS_VERSION_PATCH)
+
+/*
+ * KAIROS_CHECK_VERSION - true (1) when this header is version
+ * @major.@minor.@patch or newer (each part below 256), in #if and in C
+ * code alike:
+ *	#if KAIROS_CHECK_VERSION(0, 2, 0)
+ *	... use what 0.2.0 added ...
+ *	#endif
+ */
+#define KAIROS_CHECK_VERSION(major, minor, patch)				\
+	(KAIROS_VERSION_NUMBER >= (((major) << 16) | ((minor) << 8) | (patch)))
 
 /*
  * A timer's handle.  0 is never a valid id.  An id names its record and the
@@ -73,7 +106,9 @@ enum kairos_backend {
 /*
  * Start from kairos_config_default(), or zero-fill: every field left 0 means
  * its default.  A clock of 0 (CLOCK_REALTIME's number) means CLOCK_MONOTONIC:
- * the wall clock jumps, and is never used.
+ * the wall clock jumps, and is never used.  The reserved words must be 0
+ * (kairos_create() says -EINVAL otherwise); later versions give them
+ * meanings whose 0 is today's behaviour, so the struct's size never changes.
  */
 struct kairos_config {
 	unsigned shards;		/* 0: one per online CPU (at most 256) */
@@ -86,6 +121,8 @@ struct kairos_config {
 	enum kairos_delivery delivery;
 	enum kairos_backend backend;
 	unsigned ring_entries;		/* io_uring SQ size; 0: 8; 1 works (slower) */
+	unsigned reserved_uint;		/* must be 0 */
+	uint64_t reserved[8];		/* must be 0 */
 };
 
 /*
@@ -97,7 +134,11 @@ struct kairos_config {
  */
 #define KAIROS_CLOCK_MANUAL	1024
 
-/* Counters of a service; see kairos_stats(). */
+/*
+ * Counters of a service; see kairos_stats().  kairos_stats() fills the whole
+ * struct, its reserved words with 0; later versions add counters there, so
+ * the struct's size never changes.
+ */
 struct kairos_stats {
 	uint64_t armed;		/* timers accepted by kairos_arm*() */
 	uint64_t fired;		/* one-shot timers whose callback started (or
@@ -117,12 +158,25 @@ struct kairos_stats {
 	uint64_t wakeups;	/* shard loop wake-ups, all shards */
 	uint64_t timer_sets;	/* timerfd_settime() calls, all shards */
 	unsigned shards;
+	unsigned reserved_uint;	/* 0 */
+	uint64_t reserved[8];	/* 0 */
 };
+
+/*
+ * kairos_version - the version of the library that runs (which may be newer
+ * than the header a program was built with; compare KAIROS_VERSION_STRING).
+ * @major, @minor, @patch: set to its parts; each may be NULL
+ *
+ * Context: any thread; does not block.
+ * Return: the version as a string "MAJOR.MINOR.PATCH", e.g. "0.1.0"; static
+ * storage, never NULL.
+ */
+const char *kairos_version(unsigned *major, unsigned *minor, unsigned *patch);
 
 /*
  * kairos_config_default - fills @cfg with the defaults: one shard per online
  * CPU, 2 workers each, 1 ms tick, CLOCK_MONOTONIC, no cap, no pinning,
- * worker delivery, backend chosen by probing.
+ * worker delivery, backend chosen by probing; the reserved words with 0.
  *
  * Context: any thread; does not block.
  */
@@ -147,7 +201,7 @@ void kairos_config_default(struct kairos_config *cfg);
  * Return: 0; -EINVAL for a NULL @out, an invalid @cfg field (more than 256
  * shards or 1024 workers, a tick under 1 us or over 1 s, a clock other than
  * CLOCK_MONOTONIC, CLOCK_BOOTTIME and KAIROS_CLOCK_MANUAL, ring_entries over
- * 4096) or another
+ * 4096, a reserved word that is not 0) or another
  * value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
  * KAIROS_BACKEND_URING is forced and io_uring is refused; -EMFILE or -ENFILE
  * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
@@ -389,13 +443,19 @@ int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n, uint64_t 
  * withdraws it and arms it again (0).  See kairos_queue_create(3).
  */
 
-/* One entry handed out by kairos_queue_take(). */
+/*
+ * One entry handed out by kairos_queue_take(), which fills every field, the
+ * reserved words with 0.  Callers allocate arrays of it, so its size never
+ * changes: later versions report more in the reserved words.
+ */
 struct kairos_expiry {
 	kairos_id id;		/* the timer's id */
 	void *arg;		/* its arm's @arg */
 	uint64_t deadline_ns;	/* the deadline it expired at (service clock) */
 	int status;		/* expirations it covers, as kairos_fn's status */
+	int reserved_int;	/* 0 */
 	kairos_fn fn;		/* its arm's @fn (may be NULL); not called */
+	uint64_t reserved[2];	/* 0 */
 };
 
 /*
