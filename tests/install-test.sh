@@ -74,6 +74,12 @@ fi
 
 # Static: every archive the .pc file names, and the C library's.
 [ -e "$libdir/libkairos.a" ] || skip "no libkairos.a (default_library=$kind)"
+# The archive defines the public API and nothing else a program could clash with.
+if command -v nm >/dev/null 2>&1; then
+	extra=$(nm -g --defined-only "$libdir/libkairos.a" |
+		awk 'NF == 3 && $3 !~ /^kairos_/ { print $3 }' | head -n 5 | tr '\n' ' ')
+	[ -z "$extra" ] || fail "libkairos.a defines internal names: $extra"
+fi
 flags=$(pc --static --cflags --libs) || fail "pkg-config --static --cflags --libs"
 for l in $(echo "$flags" | tr ' ' '\n' | sed -n 's/^-l//p') c; do
 	[ "$l" = kairos ] && continue
