@@ -125,6 +125,13 @@ static int bench_cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+int bench_cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 double bench_median(double *v, size_t n)
 {
 	qsort(v, n, sizeof(*v), bench_cmp_double);

@@ -109,6 +109,9 @@ __attribute__((format(printf, 1, 2)))
 void bench_progress(const char *fmt, ...);
 void bench_progress_done(void);
 
+/* qsort() comparison of two int64_t. */
+int bench_cmp_i64(const void *a, const void *b);
+
 /* Median of @n samples; sorts @v in place. */
 double bench_median(double *v, size_t n);
 

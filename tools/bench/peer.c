@@ -1,127 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peer.c - kairos-bench mode "peer".
+ * peer.c - kairos-bench mode "peer": the same workloads, in the same run, on
+ * kairos, kairos-loop (its timers delivered to one queue that the main
+ * thread runs), libev, libuv, libevent (each when found at build time) and
+ * one timerfd per timer in one epoll set.  Each is one table of function
+ * pointers driven by the same code over the same lists, so that all do the
+ * same operations on the same slots with the same delays.  The legend each
+ * run prints, and docs/BENCHMARKS.md, say what every row measures.
  *
- *	kairos-bench peer [options]
+ * What is compared is what each costs a server thread used as meant: the
+ * loops are single-threaded, so every batch runs inside a callback of the
+ * loop (their cached time is what they read) and is timed there, leaving
+ * the loop iteration's own cost out; kairos is called from the main thread
+ * while its own threads run beside it, and their CPU counts in churn.
  *
- * The same workloads, in the same run, on kairos and on what a server would
- * pick instead: libev, libuv and libevent (each compiled in only when its
- * development package was found at build time) and one timerfd per timer in
- * one epoll set.  kairos has two columns: "kairos", its callbacks on its
- * worker threads, and "kairos-loop", every timer delivered to one queue
- * that the main thread runs (kairos_queue_run()) when the queue's fd is
- * readable, so that its callbacks run on the loop's thread as libev's do.  Every implementation is one table of function pointers
- * (setup, arm, cancel, push-later, optional idle arm and idle push,
- * run-in-the-loop, wait, teardown) driven by the same code with the same
- * lists, so that each does exactly the same operations on the same slots
- * with the same delays.
- *
- * What is compared is what each costs a server thread, used the way it is
- * meant to be used.  libev, libuv and libevent are single-threaded event
- * loops: a server arms, pushes and cancels their timers from callbacks on
- * the loop's own thread, so every batch of operations below runs inside a
- * callback of the loop (an ev_once, a zero uv_timer, an event_base_once),
- * and the loop's cached time is what they read.  kairos is called from the
- * main thread through its public API, as in the service mode: its shard and
- * worker threads run beside it on the other cores, and their CPU counts in
- * the churn row.  timerfd is called from the main thread, and a loop
- * iteration there is one epoll_wait().
- *
- * At each N (pending timers), each run, for each implementation (the order
- * rotates from run to run, so that no column always goes first):
- *
- *   arm, cancel       N timers armed with delays U[10, 60] s (idle timeouts
- *                     that do not fire during the run; untimed: this fills
- *                     the pools and heaps), then all N cancelled in a random
- *                     order (timed: cancel), then N armed again in slot
- *                     order (timed: arm, the steady state of a server: it
- *                     arms the timer of the connection in hand, whose handle
- *                     is in its cache; kairos's records are its own, taken
- *                     from its pool in the order they were freed).
- *                     arm+cancel: their sum, ns per pair.
- *   bytes/timer       resident memory (/proc/self/statm) with those N armed,
- *                     minus before the implementation was set up, over N:
- *                     the handle the caller keeps per timer is included
- *                     (kairos_id, ev_timer, uv_timer_t, the struct event of
- *                     event_new(), the fd), in arrays mapped lazily so that
- *                     only the slots used count.  (kernel): the system-wide
- *                     Slab line of /proc/meminfo over the same span, over N:
- *                     where one timerfd per timer keeps its cost.
- *   push-later        each of the N, in a random order, to its delay +
- *                     U[1, 1000] ms: libev sets repeat and calls
- *                     ev_timer_again() (the documented idle-timeout idiom),
- *                     libuv calls uv_timer_start() on the active handle,
- *                     libevent evtimer_add() on the pending event, timerfd
- *                     timerfd_settime(), kairos kairos_reset() (which reads
- *                     the clock; the loops use their cached time).
- *   idle arm, idle push-later, idle cancel
- *                     the idle timeout of a connection, written the way
- *                     each library documents it, between the cancel and the
- *                     arm above (the N slots are free then): N armed with a
- *                     delay of 30 s in slot order (idle arm: kairos
- *                     kairos_arm_slack() with a tenth of slack, 3 s; libev
- *                     ev_timer_init() with repeat 30 s, then
- *                     ev_timer_again(), method 2 of its manual's "Be smart
- *                     about timeouts"), each pushed to 30 s from now in the
- *                     push-later row's random order (idle push-later: kairos
- *                     kairos_reset(); libev ev_timer_again()), then all
- *                     cancelled in the cancel row's random order (idle
- *                     cancel: kairos_cancel(); libev ev_timer_stop()).  The
- *                     idle cancel frees the records in the order the cancel
- *                     row did, so the arm row is not changed by them.  The
- *                     N idle arms run in one loop callback, so in libev
- *                     they share one deadline (cached now + 30 s): an arm
- *                     stays at the leaf where it is added and a stop moves
- *                     the last leaf into a place among equals, both O(1);
- *                     each push, to a later cached now, walks down the heap.
- *                     A server arming over many iterations keeps its
- *                     timeouts in arm order, where a stop's last leaf may
- *                     walk down too: libev's idle cancel here is its best
- *                     case.  libuv, libevent and timerfd have no idiom of
- *                     this kind apart from their plain arm and push (the
- *                     rows above): their idle cells are n/a, as are those
- *                     of any implementation that leaves idle_arm NULL.
- *   lateness          L timers (20000; fewer where one timerfd per timer
- *                     must fit under RLIMIT_NOFILE), delays of whole
- *                     milliseconds U{1..200}, armed PB_LAT_BATCH per loop
- *                     iteration while the N are pending, the loop run until
- *                     all have fired.  Each callback reads CLOCK_MONOTONIC;
- *                     its lateness is that minus the deadline meant:
- *                     CLOCK_MONOTONIC read just before the arm call plus the
- *                     delay.  p50, p99, max, the callbacks that ran before
- *                     that deadline (early) and by how much at most.  A loop
- *                     that computes deadlines from its cached time fires
- *                     early by as much as that time is stale; libuv's time
- *                     is also truncated to the millisecond, libevent's (by
- *                     default) read from CLOCK_MONOTONIC_COARSE.  This is
- *                     counted, not hidden.  libevent keeps its default
- *                     flags, as event_base_new() gives them; run with
- *                     EVENT_PRECISE_TIMER=1 in the environment for its
- *                     precise clock (libevent reads that variable).
- *   churn CPU         getrusage(RUSAGE_SELF) user + sys over 1e6 operations
- *                     on the N pending: 40% push-later, 30% arm, 30% cancel,
- *                     random members, PB_MIX_BATCH per loop iteration (the
- *                     pending count stays within N + PB_SLACK); for kairos
- *                     until its threads are quiet again.  ms per 1e6 ops.
- *
- * And once per run, before the implementations, three floors, the same for
- * every column and printed under the table: over max(1e6, N) records of 64
- * bytes in one array, one op per record in a precomputed random order, ns
- * per op of (1) one atomic compare-and-swap of the record's first word,
- * (2) clock_gettime(CLOCK_MONOTONIC) then that CAS, (3)
- * clock_gettime(CLOCK_MONOTONIC_COARSE) then that CAS.  A timer call that
- * any thread may make must change a record's state atomically, and one that
- * takes a delay must read a clock: these are its physical floors here.  The
- * vDSO orders its TSC read after all earlier loads, so (2) also shows what
- * the clock costs in cache misses that no longer overlap; the coarse clock
- * is a plain load of the kernel's last tick, so (3) shows what is left.
- *
- * Times are CLOCK_MONOTONIC around whole batches, taken inside the loop's
- * callback, so that a loop iteration's own cost is not counted.  The table
- * shows medians over the runs, the worst run for the lateness max and the
- * early bound, and the sum over the runs for the early count.  x kairos is
- * a cell's value over kairos's value in the same row and table: above 1 the
- * peer costs more (or is later) than kairos.
+ * The idle rows run between the cancel and the arm, on the N free slots,
+ * and end with a cancel in the cancel row's order, so that the arm row
+ * takes records in the same order as without them.  Their N arms share one
+ * deadline in libev (one loop callback), which is libev's best case for the
+ * idle cancel.  The order of the columns rotates from run to run, so that
+ * none always goes first.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -371,7 +269,7 @@ static uint64_t pb_slab_bytes(void)
 /*
  * --pin: the calling thread on one CPU, as a thread-per-core server runs.
  * Threads inherit their creator's CPU mask, so kairos's own threads are
- * created with the mask the process started with (pb_unpin / pb_repin).
+ * created with the mask the process started with (pb_unpin, then pb_pin_init).
  */
 static int pb_pin_cpu = -1;
 static cpu_set_t pb_start_mask;
@@ -401,11 +299,6 @@ static void pb_unpin(void)
 		pb_pin_set(&pb_start_mask);
 }
 
-static void pb_repin(void)
-{
-	pb_pin_init();
-}
-
 /* ------------------------------------------------------------------------
  * kairos: the public API from the calling thread.
  */
@@ -432,7 +325,7 @@ static void pk_setup(size_t cap)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
 	pb_unpin();
 	rc = kairos_create(&cfg, &pk_k);
-	pb_repin();
+	pb_pin_init();
 	if (rc)
 		bench_die("kairos_create: %s", strerror(-rc));
 	pk_cap = cap;
@@ -523,7 +416,7 @@ static void pk_describe(char *buf, size_t len)
 	kairos_config_default(&cfg);
 	pb_unpin();
 	rc = kairos_create(&cfg, &k);
-	pb_repin();
+	pb_pin_init();
 	if (rc)
 		bench_die("kairos_create: %s", strerror(-rc));
 	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
@@ -1428,13 +1321,6 @@ static void pb_mix_job(void *arg)
  * One implementation, one run.
  */
 
-static int pb_cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 static void pb_no_strays(const struct pb_impl *im, const char *what)
 {
 	uint64_t n = atomic_load_explicit(&pb_strays, memory_order_relaxed);
@@ -1482,7 +1368,7 @@ static void pb_lateness(const struct pb_impl *im, struct pb_lists *l, double *ro
 			earliest = (uint64_t)-v[j] > earliest ? (uint64_t)-v[j] : earliest;
 		}
 	}
-	qsort(v, l->lat, sizeof(*v), pb_cmp_i64);
+	qsort(v, l->lat, sizeof(*v), bench_cmp_i64);
 	row[PB_LAT_P50] = (double)v[l->lat / 2] / 1e3;
 	row[PB_LAT_P99] = (double)v[(size_t)l->lat * 99 / 100] / 1e3;
 	row[PB_LAT_MAX] = (double)v[l->lat - 1] / 1e3;
@@ -2135,16 +2021,9 @@ static void pb_usage(FILE *f)
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
 		"\n"
-		"The same workloads on kairos (callbacks on its workers), kairos-loop (its\n"
-		"callbacks run from a queue by the loop thread), libev, libuv, libevent\n"
-		"(those found at build time) and one timerfd per timer, in the same run:\n"
-		"arm, cancel, push-later, idle-timeout arm, push-later and cancel\n"
-		"(kairos_arm_slack + kairos_reset against libev's ev_timer_again idiom;\n"
-		"n/a for the others), lateness with early callbacks, bytes per pending\n"
-		"timer and churn CPU, at each N, with\n"
-		"each value's ratio to kairos's.  Under each table, the floors: ns per\n"
-		"atomic CAS on a random 64-byte record of max(1e6, N), alone and after\n"
-		"clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE).\n"
+		"The same workloads on kairos, kairos-loop, libev, libuv, libevent (those\n"
+		"found at build time) and one timerfd per timer, each value with its ratio\n"
+		"to kairos's; the legend says what each row measures.\n"
 		"\n"
 		"  --n N          pending timers (1000..%u, 1e6 style allowed); repeat for\n"
 		"                 more sizes (default: the most that one timerfd per timer\n"

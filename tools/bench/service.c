@@ -825,13 +825,6 @@ static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct rng *r
  * holds N far timers throughout.
  */
 
-static int sb_cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
 static void sb_lateness(struct kairos *k, struct sb_lists *l, struct rng *r, double *row)
 {
 	struct kairos_stats st;
@@ -862,7 +855,7 @@ static void sb_lateness(struct kairos *k, struct sb_lists *l, struct rng *r, dou
 		v[i] = l->late[i].late;
 		early += v[i] < 0;
 	}
-	qsort(v, SB_LAT_TIMERS, sizeof(*v), sb_cmp_i64);
+	qsort(v, SB_LAT_TIMERS, sizeof(*v), bench_cmp_i64);
 	row[SB_LAT_P50] = (double)v[SB_LAT_TIMERS / 2] / 1e3;
 	row[SB_LAT_P99] = (double)v[SB_LAT_TIMERS * 99 / 100] / 1e3;
 	row[SB_LAT_MAX] = (double)v[SB_LAT_TIMERS - 1] / 1e3;
