@@ -1,125 +1,53 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * service.c - kairos-bench modes "service" and "keys".
+ * service.c - kairos-bench modes "service" and "keys": the service through
+ * its public API, called from the main thread (not a shard thread), as a
+ * server's own threads would call it.  Each run creates fresh services
+ * (cfg.shards from --shards, the rest default) and measures, at N pending:
  *
- *	kairos-bench service [options]
- *	kairos-bench keys [options]
+ *   arm (fresh pool)  N arms, delays U[10, 60] s, into a service that never
+ *                     held a timer: the pool's growth is timed.
+ *   arm               the same after those N were cancelled: recycled
+ *                     records in a scattered order, a server's steady state.
+ *   push-later        kairos_reset() (random order) to deadline + U[1, 1000]
+ *                     ms; then the same through kairos_reset_at() (no clock
+ *                     read) and kairos_reset_n() (64 ids a call).
+ *   push-earlier      kairos_reset() to 2 ms + U[1, 1000] ms before that.
+ *   cancel            kairos_cancel() (random order); each must return 0.
+ *   CAS, clock+CAS    floors: one atomic CAS on a random 64-byte slot per
+ *                     op, alone and after a clock_gettime().  The vDSO orders
+ *                     its TSC read after earlier loads, so the gap between
+ *                     the two is what that ordering costs in cache misses.
+ *   expiry            N due over 50 ms; N over first-to-last callback (a
+ *                     lower bound when that is barely the window), and the
+ *                     whole process's CPU per timer.
+ *   lateness          20000 timers U[1, 200] ms with the N pending: the
+ *                     callback's CLOCK_MONOTONIC - (kairos_now() + delay);
+ *                     kairos_stats() measures from the deadline rounded up
+ *                     to a tick, so its p99 is shown, not judged.
+ *   bytes/timer       RSS delta over N (after malloc_trim(0)), its sizeof
+ *                     expectation, and what stays after kairos_destroy().
+ *   CPU/1e6 mixed     CPU of all threads over 1e6 ops (40% push-later, 30%
+ *                     arm, 30% cancel) until quiet, and shard wake-ups/s.
+ *   idle wake-ups     over 1 s of sleep, empty and with N pending: must be 0.
  *
- * The kairos service through its public API, called from the main thread,
- * which is not a shard thread: what a server's own threads would pay.  Each
- * run creates fresh services (cfg.shards from --shards, everything else the
- * defaults: 2 workers per shard, 1 ms tick, worker delivery, backend probed)
- * and measures, at N pending timers:
+ * Then, once, 2 shards against 1: --threads threads arming and cancelling
+ * through a window of 1000 pending, operations per second.
  *
- *   arm (fresh pool)  N kairos_arm(), delays U[10 s, 60 s] (idle timeouts that
- *                     do not fire during the run), into a service that has
- *                     never held a timer: its record pool grows, and the
- *                     page faults of the new chunks are timed.
- *   arm               the same N arms after those N were cancelled and their
- *                     records came back to the pool: the steady state of a
- *                     server, records in a scattered order.  Judged.
- *   push-later        kairos_reset() of each (random order) to its deadline
- *                     + U[1, 1000] ms.
- *   push-later (reset_at)  then kairos_reset_at() of each to a further
- *                     U[1, 1000] ms: the same push for a caller that knows
- *                     the time, with no clock read in the loop.
- *   push-later (reset_n, 64)  then kairos_reset_n() of the same order, 64
- *                     ids a call, each call to the latest deadline of its
- *                     64 + U[1, 1000] ms: one clock read a call, records
- *                     loaded ahead (the cost is per timer).
- *   push-earlier      then kairos_reset() of each (random order) to 2 ms +
- *                     U[1, 1000] ms before that: still seconds away.
- *   cancel            then kairos_cancel() of each (random order); every one
- *                     must return 0.
- *   CAS (floor)       one atomic compare-and-swap on a random 64-byte slot
- *                     of an N-slot array per op, in the cancel's order: the
- *                     memory alone, as the wheel mode's floors.  An API call
- *                     costs at least this: it must CAS the record's state.
- *   clock+CAS (floor) the same with a clock_gettime() before each CAS, as
- *                     kairos_arm() and kairos_reset() must read the clock
- *                     for now + delay.  The vDSO orders its TSC read after
- *                     all earlier loads (rdtscp or lfence), so no two ops'
- *                     cache misses overlap any more: this is the floor of a
- *                     call that reads the clock and then touches a random
- *                     record, and the gap to the plain CAS is what that
- *                     ordering costs on this machine.
+ * kairos_reset() takes a delay, so the pushes read the clock once per 1024
+ * ops and turn each target into a delay from it: a push-earlier is a tick
+ * earlier unless a block took over 2 ms, and the table counts any that were
+ * not.  Timed loops read their inputs from lists in order, so that only the
+ * records are touched at random; between phases the bench waits until the
+ * process is quiet, so that no phase pays for the shards still filing the
+ * previous one.  One untimed warm-up run per size comes first.
  *
- * kairos_reset() takes a delay, not a deadline, so the pushes read the
- * clock every 1024 operations and turn each absolute target into a delay
- * from that reading: a push-later is later by construction, and a
- * push-earlier is certainly earlier (by a whole tick) unless a block of 1024
- * took longer than 2 ms; the table says how many were not, if any.
- *
- *   expiry            N timers armed (kairos_arm_at) to deadlines U[0, 50 ms]
- *                     after a start far enough out that the arming is done
- *                     first; the rate is N over the time from the first
- *                     callback to the last, total and per shard.  When that
- *                     time is barely the 50 ms window, the service kept up
- *                     with the deadlines and the rate is a lower bound.  The
- *                     CPU per timer is the whole process's (shards, workers)
- *                     from the end of arming to the last callback.
- *   lateness          20000 timers, delays U[1, 200] ms, armed while the N of
- *                     the memory rows are pending; each callback records
- *                     CLOCK_MONOTONIC minus the deadline it was meant for
- *                     (kairos_now() + delay, read before arming): p50, p99,
- *                     max, and how many ran early (must be 0); then the
- *                     service's own kairos_stats() p99 and early count.
- *                     The service measures from the deadline rounded up to
- *                     its tick, so its p99 leaves out up to one tick and is
- *                     not judged; the goal (one tick + 0.2 ms) is for the
- *                     lateness the caller sees.
- *   bytes/timer       resident memory (/proc/self/statm) after arming N far
- *                     timers minus before, over N (judged); the expectation
- *                     from sizeof (one 64-byte record, plus a 4096th for
- *                     each chunk's header slot); what stays resident after
- *                     kairos_destroy(), over N.  malloc_trim(0) first, so
- *                     memory freed by earlier runs is not counted as reused.
- *   CPU/1e6 mixed     getrusage(RUSAGE_SELF) user + sys, all threads, over
- *                     1e6 operations on a pool of N pending (40% push-later,
- *                     30% arm, 30% cancel, random members) until the service
- *                     is quiet again, in ms per 1e6 operations; and the shard
- *                     wake-ups per second during those operations.
- *   idle wake-ups     kairos_stats().wakeups over 1 s of sleep, for a service
- *                     with no timers and for the one holding the N pending:
- *                     must be 0.
- *
- * Then, once and not per N, 2 shards against 1: --threads threads (default
- * 2) each arm and cancel far timers through a window of 1000 pending, for
- * cfg.shards = 1 and 2: operations per second, and the ratio.
- *
- * Times are CLOCK_MONOTONIC around whole loops.  The inputs of each timed
- * loop are lists read in order, so that only the records are touched at
- * random.  Between phases the bench waits until the process is quiet (under
- * 1 ms of CPU in 5 ms), so that a phase does not pay for the shards still
- * filing the previous one's requests.  The table shows medians over the runs,
- * but the worst run for the lateness max and the idle wake-ups and the sum
- * for the early counts, after one untimed warm-up run per size.
- *
- * Mode "keys" (same options, less --threads) puts keyed timers beside the
- * id path, in the same run, at N pending (default 1e4 and 1e6).  Each run
- * measures one sequence twice, each time on a fresh service: through ids
- * (kairos_arm, kairos_reset, kairos_cancel) and through keys
- * (kairos_arm_opts with a distinct 13-byte key "conn:%08u" per timer,
- * kairos_key_reset, kairos_key_find, kairos_key_cancel), with the same
- * delays and random orders; the two take turns going first.
- *
- *   arm (fresh pool)  N arms, delays U[10, 20] min, into a new service (the
- *                     key path's hash table is made and grows meanwhile).
- *   bytes/timer       resident memory after those arms minus before, over
- *                     N, as the service mode's row: records, ext entries,
- *                     key nodes and the hash table's buckets, all that the
- *                     arms made resident.  (sizeof): the record, and for a
- *                     keyed timer its 64-byte ext entry, with their chunk
- *                     header's share; the key's node and the buckets are
- *                     the rest.
- *   arm               all N cancelled untimed, then N armed again: records
- *                     recycled, key nodes freed after a grace period and
- *                     allocated anew.
- *   push-later        each to U[1201 s, 1202 s) from now: later than any arm.
- *   find              key path only: each key's id, checked.
- *   cancel            each must return 0.
- *
- * The table gives the medians of each path and their ratio, key over id.
+ * Mode "keys" runs one sequence twice per run, each on a fresh service and
+ * taking turns going first: through ids, and through a distinct 13-byte key
+ * per timer (kairos_arm_opts, kairos_key_reset, kairos_key_find,
+ * kairos_key_cancel), with the same delays and orders: arm (fresh pool),
+ * bytes/timer (records, ext entries, key nodes, buckets), arm again, push-
+ * later, find (keys only), cancel; medians of each path and key over id.
  */
 #include <errno.h>
 #include <inttypes.h>
