@@ -1,59 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wheel.c - kairos-bench mode "wheel".
+ * wheel.c - kairos-bench mode "wheel": the timing wheel (src/wheel.c)
+ * against a binary heap, single thread, virtual time.  Both run through one
+ * table of function pointers (struct bench_queue_ops), in the same run, so
+ * they do the same work in the same order: add N (deadlines U[1, 60000]
+ * ticks), cancel all, re-add and push each U[1, 1000] ticks later, then as
+ * much earlier (staying in the future), expire-pushed (step from one next()
+ * to the next until all fired, paying for what the pushes deferred), and
+ * expire on a fresh structure.  Two floors on each structure's own records
+ * tell a missed goal from a slow structure: touch (independent random
+ * read-modify-writes) and chase (one dependent miss after another, as a
+ * walk down a slot list of scattered records).
  *
- *	kairos-bench wheel [options]
+ * --slack PCT gives each wheel timer a slack of PCT% of its delay, as
+ * Linux's wheel does with 12.5%; the heap stays exact either way.  Records
+ * sit in one array, fresh per run and structure and faulted in before the
+ * clock starts; each phase visits them in its own random permutation, as
+ * records scattered through a server's memory.  Medians over the runs, after
+ * one untimed warm-up run; the structures take turns going first.
  *
- * The timing wheel (src/wheel.c) against a binary heap, single
- * thread, virtual time.  Both are driven through one table of function
- * pointers (struct bench_queue_ops), in the same process and the same run,
- * so they do exactly the same work in the same order:
- *
- *   add            N records into the empty structure (current tick 0),
- *                  deadlines uniform in [1, 60000] ticks: at a 1 ms tick,
- *                  timeouts of up to a minute.
- *   cancel         remove all N, in another random order.
- *   push-later     with the N re-added, move each (random order) U[1, 1000]
- *                  ticks later: an idle timeout reset on a packet.
- *   push-earlier   then move each (random order) U[1, 1000] ticks earlier,
- *                  but never to tick 0 or before, so it stays in the future.
- *   expire-pushed  then step time from one next() to the next (the wheel's
- *                  wheel_next(), the heap's minimum), popping everything due,
- *                  until all N have fired: total time / N.  This pays for
- *                  whatever the pushes deferred (the wheel's in-place pushes
- *                  are re-filed here).
- *   expire         the same on a fresh structure holding N fresh adds.
- *
- * Two floors, measured on each structure's own records, say what the memory
- * alone costs, so that a missed goal can be told from a slow structure:
- *
- *   touch (floor)  one read-modify-write of each record in random order:
- *                  independent misses, as many in flight as the CPU allows.
- *   chase (floor)  a walk down a list threaded through the records in random
- *                  order: one miss after another, as when a wheel walks a
- *                  slot list of scattered records.
- *
- * Every timer has slack 0 (exact) unless --slack PCT gives each wheel timer
- * a slack of PCT% of its delay (capped at UINT32_MAX ticks), as Linux's
- * non-cascading wheel does with 12.5%: the wheel may then fire it at a
- * coarse slot boundary within the slack, never early, with less re-filing.
- * The heap has no slack and stays exact; it is the same baseline either way.
- * The records of one run sit in one big
- * array, allocated fresh for each run and structure and touched before the
- * clock starts (so page faults are not timed), and every phase visits them in
- * its own random permutation, so each operation lands on a random cache line,
- * as records scattered through a server's memory would.  Each phase is timed
- * as a whole with CLOCK_MONOTONIC; the table shows the median over the runs
- * (--raw shows them all), after one untimed warm-up run per size.  The two
- * structures take turns going first.
- *
- * Cheap checks run always, outside the timed loops or as a few ALU operations
- * inside them that both structures pay alike: every call succeeds, counts are
- * right after every phase, and both expiries fire exactly the N timers, never
- * before their deadline, each at the tick it is due (its deadline, or with
- * slack the wheel's fire tick), in nondecreasing order of that tick, with the
- * deadline sum the workload predicts.  --verify adds a randomized differential test of
- * wheel against heap and both invariant checkers after every phase.
+ * Cheap checks always run, outside the timed loops or as a few ALU ops that
+ * both structures pay alike: every call succeeds, counts are right after
+ * each phase, and both expiries fire exactly the N timers, never early, at
+ * the tick each is due, in nondecreasing order, with the deadline sum the
+ * workload predicts.  --verify adds a randomized differential test of wheel
+ * against heap, with both invariant checkers after every phase.
  */
 #include <errno.h>
 #include <inttypes.h>
