@@ -568,7 +568,6 @@ static void key_set(struct lthread *t, uint32_t g, const unsigned char *kb, size
 	t->t.karms++;
 	if (shared) {
 		t->t.karms_shared++;
-		atomic_fetch_add_explicit(&S.skeys[g].armed, 1, memory_order_relaxed);
 		if (replace)
 			atomic_fetch_add_explicit(&S.skeys[g].replaced, 1, memory_order_relaxed);
 		probe_check(t, g, &was, replace ? "a REPLACE set" : "a set", rc);

@@ -404,16 +404,14 @@ static void print_queues(FILE *f, const struct tally *t)
 }
 
 /* The shared keys' books, added up: what key calls ended, and what can have. */
-static void skeys_sum(uint64_t *remove0, uint64_t *replaced, uint64_t *stolen, uint64_t *eexist,
-		      uint64_t *armed)
+static void skeys_sum(uint64_t *remove0, uint64_t *replaced, uint64_t *stolen, uint64_t *eexist)
 {
-	*remove0 = *replaced = *stolen = *eexist = *armed = 0;
+	*remove0 = *replaced = *stolen = *eexist = 0;
 	for (uint32_t g = 0; g < S.cfg.shared_keys; g++) {
 		*remove0 += atomic_load(&S.skeys[g].remove0);
 		*replaced += atomic_load(&S.skeys[g].replaced);
 		*stolen += atomic_load(&S.skeys[g].stolen);
 		*eexist += atomic_load(&S.skeys[g].eexist);
-		*armed += atomic_load(&S.skeys[g].armed);
 	}
 }
 
@@ -430,13 +428,13 @@ static void kc_sum(struct kcounts *kc)
 /* The keys' part of the text report: each key call's answers, and how keyed timers ended. */
 static void print_keys(FILE *f, const struct tally *t)
 {
-	uint64_t rm, rp, st, ee, ar;
+	uint64_t rm, rp, st, ee;
 	struct kcounts kc;
 
 	if (!S.cfg.keys && !S.cfg.shared_keys)
 		return;
 	kc_sum(&kc);
-	skeys_sum(&rm, &rp, &st, &ee, &ar);
+	skeys_sum(&rm, &rp, &st, &ee);
 	fprintf(f, "\nkeys: %" PRIu32 " own per thread, %" PRIu32 " shared by all threads; %"
 		PRIu64 " keyed timers armed (%" PRIu64 " on shared keys), %" PRIu64 " of them ran\n",
 		S.cfg.keys, S.cfg.shared_keys, t->karms, t->karms_shared, t->kfired);
@@ -811,7 +809,7 @@ static void jw_queues(struct jw *w, const struct tally *t)
 
 static void jw_keys(struct jw *w, const struct tally *t)
 {
-	uint64_t rm, rp, st, ee, ar;
+	uint64_t rm, rp, st, ee;
 	struct kcounts kc;
 	static const char *const rcn[RC_N] = {
 		[RC_OK] = "ok", [RC_ENOENT] = "enoent", [RC_EBUSY] = "ebusy",
@@ -823,7 +821,7 @@ static void jw_keys(struct jw *w, const struct tally *t)
 	};
 
 	kc_sum(&kc);
-	skeys_sum(&rm, &rp, &st, &ee, &ar);
+	skeys_sum(&rm, &rp, &st, &ee);
 	jw_open(w, "keys", '{');
 	jw_u64(w, "own_per_thread", S.cfg.keys);
 	jw_u64(w, "shared", S.cfg.shared_keys);

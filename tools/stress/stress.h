@@ -323,7 +323,6 @@ struct skey {
 	_Atomic uint64_t replaced;	/* REPLACE arms that returned 0 */
 	_Atomic uint64_t stolen;	/* its timers found ended by a key call */
 	_Atomic uint64_t eexist;	/* plain arms refused */
-	_Atomic uint64_t armed;		/* arms that returned 0 */
 };
 
 /* One load thread. */
@@ -486,7 +485,6 @@ void key_step(struct lthread *t);
 void key_forget(struct lthread *t, uint32_t idx);
 bool key_settle(struct lthread *t, uint32_t idx, const char *why);
 void key_sweep(struct lthread *t, uint32_t idx);
-bool key_ended_unrun(struct lthread *t, uint32_t idx);
 uint64_t key_bound(const struct slot *s);
 void keys_crosscheck(void);
 void key_bytes(uint32_t g, unsigned char *buf, size_t *len);
