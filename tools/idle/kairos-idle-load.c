@@ -1,11 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kairos-idle-load - a load client for kairos-idle-server that checks its
- * idle timeouts from the outside.
- *
- *	kairos-idle-load --port N [--conns C] [--idle-frac F] [--interval MS]
- *	                 [--idle MS] [--slack MS] [--duration S] [--seed X]
- *	                 [--race-frac F] [--sources N] [--quit-server]
+ * idle timeouts from the outside; kairos-idle-load(1) lists the options and
+ * exit statuses.
  *
  * It opens C connections to 127.0.0.1:N.  A random subset of them (F of C,
  * rounded) stops sending at a random moment; the others send a 16-byte
@@ -61,10 +58,6 @@
  * machine, not the timers, may have held things up.  Late closes alone are
  * excused only by the sleeper's stall, since their judgment already allows
  * for this client's loop.
- *
- * Exit status: 0 on a passing verdict, 1 on a failing one, 2 for a usage or
- * setup error (the server unreachable, too few file descriptors), 3 for an
- * inconclusive one.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,38 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kairos-stress - drives a kairos service the way a busy server does, from
- * several threads at once, and checks every timer's life against the
- * contract of <kairos/kairos.h>.
+ * several threads at once (more than the cores, on purpose), and checks
+ * every timer's life against the contract of <kairos/kairos.h>: it ends
+ * exactly once, never early, and never runs after a cancel said it would
+ * not.  kairos-stress(1) describes the load, the report and the exit status.
  *
- *	kairos-stress [options]		(kairos-stress --help for the list)
- *
- * On its defaults it runs for 20 s: 4 threads (more than the 2 cores of a
- * small machine, on purpose) arm, reset, cancel and cancel_sync one-shot and
- * periodic timers in 100000 slots against a service with one shard per CPU
- * and a 1 ms tick.  Most timers are idle timeouts that are pushed later over
- * and over and then cancelled; some are short and fire; a few are periodic
- * and are stopped with cancel_sync.  A fifth of them are armed for two
- * kairos queues, each drained by a thread of the tool's own with
- * kairos_queue_run() and kairos_queue_take(), and checked against the same
- * contract (--queues 0: the workers only).  With --keys and --shared-keys a
- * share of the calls (the mix's "key") sets, moves, removes and finds timers
- * by key: keys of each thread's own, whose every answer is known, and keys
- * that all threads race on, whose timers' ends are accounted per key
- * (keys.c).  While it runs it shows a live
- * progress line on a terminal (plain lines every few seconds otherwise); at
- * the end it destroys the queues (half of them before the service) and the
- * service with KAIROS_DRAIN_NOTIFY, checks that every timer ended exactly
- * once and never early, cross-checks kairos_stats() against its own
- * tallies, and prints a report (also as JSON with --json, and as an SVG
- * with --plot).  It also watches for a service that stops delivering:
- * a callback, a still-pending timer, or the whole service late by more than
- * --max-late is a violation.  Exit status: 0 when nothing was violated, 1
- * when something was, 2 for a bad command line or a service that cannot
- * start.
- *
- * The load and the per-timer checks are in load.c, the key mix in
- * keys.c, the report in report.c; this file holds the options
- * and the run.
+ * The load and the per-timer checks are in load.c, the key mix in keys.c,
+ * the report in report.c; this file holds the options and the run.
  */
 #include <errno.h>
 #include <inttypes.h>
