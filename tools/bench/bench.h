@@ -21,6 +21,17 @@
 #include "rng.h"
 
 #define BENCH_ALIGN	64	/* cache line: records start on one */
+#define BENCH_MS	UINT64_C(1000000)
+#define BENCH_S		UINT64_C(1000000000)
+
+/*
+ * The far timers of the service, peer and scale modes: idle timeouts of
+ * U[10, 60) s that do not fire during a run; a push moves one U[1, 1000] ms.
+ */
+#define BENCH_FAR_MIN	(10 * BENCH_S)
+#define BENCH_FAR_SPAN	(50 * BENCH_S)
+#define BENCH_PUSH_MIN	BENCH_MS
+#define BENCH_PUSH_SPAN	(999 * BENCH_MS)
 
 /* Mode entry points; @argv[0] is the mode's name. */
 int wb_main(int argc, char **argv);	/* wheel.c */
@@ -49,6 +60,11 @@ static inline uint64_t bench_now_ns(void)
  * loop pays for the kernel handing out fresh pages).  Exits on failure.
  */
 void *bench_alloc(size_t size);
+
+static inline uint64_t bench_far_delay(struct rng *r)
+{
+	return BENCH_FAR_MIN + rng_next(r) % BENCH_FAR_SPAN;
+}
 
 /* Fills @v with a random permutation of 0 .. @n - 1 (Fisher-Yates). */
 void rng_permutation(struct rng *r, uint32_t *v, size_t n);

@@ -54,12 +54,6 @@
 #include "bench.h"
 #include "plot.h"
 
-#define PB_MS		UINT64_C(1000000)
-#define PB_S		UINT64_C(1000000000)
-#define PB_FAR_MIN	(10 * PB_S)	/* far timers: U[PB_FAR_MIN, + PB_FAR_SPAN) */
-#define PB_FAR_SPAN	(50 * PB_S)
-#define PB_PUSH_MIN	PB_MS		/* pushes move U[1, 1000] ms */
-#define PB_PUSH_SPAN	(999 * PB_MS)
 #define PB_LAT_TIMERS	20000u
 #define PB_LAT_FD_TIMERS 5000u		/* where timerfd must fit in the fd limit */
 #define PB_LAT_MAX_MS	200u
@@ -71,8 +65,8 @@
 #define PB_MAX_N	10000000u
 #define PB_BIG_N	1000000u	/* from here, fewer runs by default */
 #define PB_BIG_RUNS	3u
-#define PB_WAIT_LIMIT	(60 * PB_S)	/* no callback wait may take longer */
-#define PB_IDLE_DELAY	(30 * PB_S)	/* the idle timeout of the idle rows */
+#define PB_WAIT_LIMIT	(60 * BENCH_S)	/* no callback wait may take longer */
+#define PB_IDLE_DELAY	(30 * BENCH_S)	/* the idle timeout of the idle rows */
 #define PB_IDLE_SLACK	(PB_IDLE_DELAY / 10)	/* kairos's: a tenth, as its manual says */
 #define PB_FLOOR_RECS	1000000u	/* the floors' records: this many, or N if more */
 
@@ -383,7 +377,7 @@ static void pk_in_loop(void (*fn)(void *), void *arg)
 
 static void pk_wait(void)
 {
-	bench_sleep_ns(PB_MS);
+	bench_sleep_ns(BENCH_MS);
 }
 
 static void pk_teardown(size_t pending)
@@ -691,7 +685,7 @@ static size_t pu_cap;
 
 static uint64_t pu_ms(uint64_t delay_ns)
 {
-	return (delay_ns + PB_MS - 1) / PB_MS;
+	return (delay_ns + BENCH_MS - 1) / BENCH_MS;
 }
 
 static void pu_cb(uv_timer_t *h)
@@ -970,8 +964,8 @@ static size_t pt_nofile;	/* RLIMIT_NOFILE, after raising the soft one */
 
 static struct itimerspec pt_its(uint64_t delay_ns)
 {
-	struct itimerspec its = { { 0, 0 }, { (time_t)(delay_ns / PB_S),
-					      (long)(delay_ns % PB_S) } };
+	struct itimerspec its = { { 0, 0 }, { (time_t)(delay_ns / BENCH_S),
+					      (long)(delay_ns % BENCH_S) } };
 
 	return its;
 }
@@ -1161,24 +1155,19 @@ static void pb_lists_free(struct pb_lists *l)
 	pb_lat_fired = NULL;
 }
 
-static uint64_t pb_far_delay(struct rng *r)
-{
-	return PB_FAR_MIN + rng_next(r) % PB_FAR_SPAN;
-}
-
 static void pb_lists_fill(struct pb_lists *l, struct rng *r)
 {
 	size_t n = l->n;
 
 	for (size_t i = 0; i < n; i++)
-		l->delay[i] = pb_far_delay(r);
+		l->delay[i] = bench_far_delay(r);
 	rng_permutation(r, l->cancel_order, n);
 	rng_permutation(r, l->later_order, n);
 	for (size_t i = 0; i < n; i++)
-		l->later_delay[i] = l->delay[l->later_order[i]] + PB_PUSH_MIN +
-				    rng_next(r) % (PB_PUSH_SPAN + 1);
+		l->later_delay[i] = l->delay[l->later_order[i]] + BENCH_PUSH_MIN +
+				    rng_next(r) % (BENCH_PUSH_SPAN + 1);
 	for (unsigned j = 0; j < l->lat; j++)
-		l->lat_delay[j] = (1 + rng_below(r, PB_LAT_MAX_MS)) * PB_MS;
+		l->lat_delay[j] = (1 + rng_below(r, PB_LAT_MAX_MS)) * BENCH_MS;
 	l->mix_seed = rng_next(r);
 }
 
@@ -1299,12 +1288,12 @@ static void pb_mix_job(void *arg)
 			uint32_t j = rng_below(&m->r, m->count);
 
 			/* Later than any deadline before it: the delays grow with i. */
-			im->push_later(m->pool[j], PB_FAR_MIN + PB_FAR_SPAN + PB_S +
+			im->push_later(m->pool[j], BENCH_FAR_MIN + BENCH_FAR_SPAN + BENCH_S +
 					(uint64_t)m->i * 1000u);
 		} else if ((op < 7 && m->count < m->max) || !m->count) {
 			uint32_t slot = m->spare[--m->nspare];
 
-			im->arm(slot, pb_far_delay(&m->r));
+			im->arm(slot, bench_far_delay(&m->r));
 			m->pool[m->count++] = slot;
 		} else {
 			uint32_t j = rng_below(&m->r, m->count);
@@ -1328,7 +1317,7 @@ static void pb_no_strays(const struct pb_impl *im, const char *what)
 	if (n)
 		bench_die("%s, %s: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired "
 			  "(the last: slot %" PRIu32 ", %s): the run took too long, or it fired early",
-			  im->name, what, n, PB_FAR_MIN / PB_S,
+			  im->name, what, n, BENCH_FAR_MIN / BENCH_S,
 			  atomic_load_explicit(&pb_stray_slot, memory_order_relaxed),
 			  atomic_load_explicit(&pb_stray_foreign, memory_order_relaxed) ?
 			  "one ran on a thread other than the main one" : "on the main thread");
@@ -1349,12 +1338,12 @@ static void pb_lateness(const struct pb_impl *im, struct pb_lists *l, double *ro
 
 		im->in_loop(pb_lat_job, &j);
 	}
-	give_up = bench_now_ns() + PB_LAT_MAX_MS * PB_MS + PB_WAIT_LIMIT;
+	give_up = bench_now_ns() + PB_LAT_MAX_MS * BENCH_MS + PB_WAIT_LIMIT;
 	while (atomic_load_explicit(&pb_lat_done, memory_order_acquire) < l->lat) {
 		if (bench_now_ns() > give_up)
 			bench_die("%s, lateness: %" PRIu64 " of %u callbacks after %" PRIu64 " s",
 				  im->name, atomic_load_explicit(&pb_lat_done, memory_order_relaxed),
-				  l->lat, PB_WAIT_LIMIT / PB_S);
+				  l->lat, PB_WAIT_LIMIT / BENCH_S);
 		im->wait();
 	}
 	if (atomic_load_explicit(&pb_twice, memory_order_relaxed))
@@ -1988,10 +1977,10 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
 	printf("%sidle: N idle timeouts of %" PRIu64 " s armed in slot order (kairos: "
 	       "kairos_arm_slack, %" PRIu64 " s slack; libev: ev_timer_init, repeat %" PRIu64
-	       " s, + ev_timer_again),\n", pre, PB_IDLE_DELAY / PB_S, PB_IDLE_SLACK / PB_S,
-	       PB_IDLE_DELAY / PB_S);
+	       " s, + ev_timer_again),\n", pre, PB_IDLE_DELAY / BENCH_S, PB_IDLE_SLACK / BENCH_S,
+	       PB_IDLE_DELAY / BENCH_S);
 	printf("%s  each pushed to %" PRIu64 " s from now in a random order (kairos_reset; "
-	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / PB_S);
+	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / BENCH_S);
 	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
 	       "and push (libuv, libevent, timerfd);\n", pre);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "

@@ -80,12 +80,6 @@
 
 #include "bench.h"
 
-#define SC_MS		UINT64_C(1000000)
-#define SC_S		UINT64_C(1000000000)
-#define SC_FAR_MIN	(10 * SC_S)	/* arms: U[SC_FAR_MIN, + SC_FAR_SPAN) */
-#define SC_FAR_SPAN	(50 * SC_S)
-#define SC_PUSH_MIN	SC_MS		/* a push moves the delay on by U[1, 1000] ms */
-#define SC_PUSH_SPAN	(999 * SC_MS)
 #define SC_CHECK_EVERY	64u		/* mix steps between looks at the stop flag */
 #define SC_MAX_THREADS	64u
 #define SC_MAX_TLIST	16u
@@ -134,11 +128,6 @@ struct sc_impl {
 };
 
 static _Atomic bool sc_stop;		/* set by the main thread: the mix ends */
-
-static uint64_t sc_far_delay(struct rng *r)
-{
-	return SC_FAR_MIN + rng_next(r) % SC_FAR_SPAN;
-}
 
 /* ------------------------------------------------------------------------
  * kairos: the public API, from every caller thread.
@@ -211,7 +200,7 @@ static void sk_stop(size_t pending)
 		bench_die("kairos_stats: %s", strerror(-rc));
 	if (st.fired || st.early || atomic_load_explicit(&sk_fired, memory_order_relaxed))
 		bench_die("kairos: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired",
-			  st.fired, SC_FAR_MIN / SC_S);
+			  st.fired, BENCH_FAR_MIN / BENCH_S);
 	sk_k = NULL;
 }
 
@@ -315,7 +304,7 @@ static void sh_remove_at(size_t i)
 static void sh_follow_min(void)
 {
 	uint64_t want = sh.n ? sh.heap[0].deadline : 0;
-	struct itimerspec its = { { 0, 0 }, { (time_t)(want / SC_S), (long)(want % SC_S) } };
+	struct itimerspec its = { { 0, 0 }, { (time_t)(want / BENCH_S), (long)(want % BENCH_S) } };
 
 	if (want == sh.armed)
 		return;
@@ -471,7 +460,7 @@ static void sh_stop(size_t pending)
 		bench_die("pthread_join: %s", strerror(rc));
 	if (sh.fired)
 		bench_die("locked heap: %" PRIu64 " timers armed %" PRIu64 " s or more ahead "
-			  "fired", sh.fired, SC_FAR_MIN / SC_S);
+			  "fired", sh.fired, BENCH_FAR_MIN / BENCH_S);
 	if (sh.n != pending)
 		bench_die("locked heap: %zu entries at the end, %zu were pending", sh.n, pending);
 	sh_check();
@@ -523,7 +512,7 @@ static void *sc_thread_main(void *arg)
 	uint64_t calls = 0;
 
 	for (uint32_t s = 0; s < per; s++) {
-		delay[s] = sc_far_delay(&r);
+		delay[s] = bench_far_delay(&r);
 		im->arm(t, s, delay[s]);
 	}
 	sc_barrier_wait(t->armed);
@@ -534,12 +523,12 @@ static void *sc_thread_main(void *arg)
 
 			/* 2 steps in 3 a push: of the calls, 1/2 push, 1/4 cancel, 1/4 arm. */
 			if (rng_below(&r, 3) < 2) {
-				delay[s] += SC_PUSH_MIN + rng_below(&r, (uint32_t)SC_PUSH_SPAN + 1);
+				delay[s] += BENCH_PUSH_MIN + rng_below(&r, (uint32_t)BENCH_PUSH_SPAN + 1);
 				im->push(t, s, delay[s]);
 				calls++;
 			} else {
 				im->cancel(t, s);
-				delay[s] = sc_far_delay(&r);
+				delay[s] = bench_far_delay(&r);
 				im->arm(t, s, delay[s]);
 				calls += 2;
 			}

@@ -70,22 +70,16 @@
 
 #define SB_GOAL_N	1000000u	/* the N the goals are set at */
 #define SB_MAX_N	10000000u
-#define SB_MS		UINT64_C(1000000)
-#define SB_S		UINT64_C(1000000000)
-#define SB_FAR_MIN	(10 * SB_S)	/* far timers: U[SB_FAR_MIN, + SB_FAR_SPAN) */
-#define SB_FAR_SPAN	(50 * SB_S)
-#define SB_PUSH_MIN	SB_MS		/* pushes move U[1, 1000] ms */
-#define SB_PUSH_SPAN	(999 * SB_MS)
-#define SB_EARLIER_PAD	(2 * SB_MS)	/* a push-earlier goes this much further */
+#define SB_EARLIER_PAD	(2 * BENCH_MS)	/* a push-earlier goes this much further */
 #define SB_BLOCK	1024u		/* operations per clock reading in the pushes */
-#define SB_EXP_WINDOW	(50 * SB_MS)	/* expiry deadlines U[0, this) after the start */
+#define SB_EXP_WINDOW	(50 * BENCH_MS)	/* expiry deadlines U[0, this) after the start */
 #define SB_LAT_TIMERS	20000u
-#define SB_LAT_MAX_DELAY (200 * SB_MS)
+#define SB_LAT_MAX_DELAY (200 * BENCH_MS)
 #define SB_MIX_OPS	1000000u
 #define SB_SCALE_OPS	1000000u	/* per thread */
 #define SB_SCALE_WINDOW	1000u		/* pending per thread */
 #define SB_MAX_THREADS	64u
-#define SB_WAIT_LIMIT	(60 * SB_S)	/* no callback wait may take longer */
+#define SB_WAIT_LIMIT	(60 * BENCH_S)	/* no callback wait may take longer */
 
 /* Table order. */
 enum sb_row {
@@ -227,7 +221,7 @@ static void sb_no_strays(const char *what)
 
 	if (n)
 		bench_die("%s: %" PRIu64 " timers armed %" PRIu64 " s or more ahead fired: "
-			  "the run took too long for this N", what, n, SB_FAR_MIN / SB_S);
+			  "the run took too long for this N", what, n, BENCH_FAR_MIN / BENCH_S);
 }
 
 /*
@@ -391,14 +385,9 @@ static void sb_lists_free(struct sb_lists *l)
 	free(l->pool);
 }
 
-static uint64_t sb_far_delay(struct rng *r)
-{
-	return SB_FAR_MIN + rng_next(r) % SB_FAR_SPAN;
-}
-
 static uint64_t sb_push(struct rng *r)
 {
-	return SB_PUSH_MIN + rng_next(r) % (SB_PUSH_SPAN + 1);
+	return BENCH_PUSH_MIN + rng_next(r) % (BENCH_PUSH_SPAN + 1);
 }
 
 /*
@@ -596,7 +585,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	struct kairos *k = sb_create(&o->cfg);
 
 	for (size_t i = 0; i < n; i++)
-		l->delay[i] = sb_far_delay(r);
+		l->delay[i] = bench_far_delay(r);
 	bench_settle();
 
 	sb_progress(n, label, "arm (fresh pool)");
@@ -701,7 +690,7 @@ static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct rng *r
 	for (size_t i = 0; i < n; i++)
 		l->op_abs[i] = rng_next(r) % SB_EXP_WINDOW;
 	/* Twice what arming took on a fresh pool this run, and 100 ms. */
-	lead = 100 * SB_MS + (uint64_t)(2 * row[SB_ARM_FRESH] * (double)n);
+	lead = 100 * BENCH_MS + (uint64_t)(2 * row[SB_ARM_FRESH] * (double)n);
 	sb_tally_reset();
 	bench_settle();
 
@@ -715,15 +704,15 @@ static void sb_expiry(const struct sb_opts *o, struct sb_lists *l, struct rng *r
 	if (armed_at >= base)
 		notes->exp_overlap++;
 	/* The shards file what was armed before the CPU count starts, if they can. */
-	bench_settle_until(base - SB_MS);
+	bench_settle_until(base - BENCH_MS);
 	cpu0 = bench_cpu_ns();
 
 	give_up = base + SB_EXP_WINDOW + SB_WAIT_LIMIT;
 	while ((got = sb_tally_sum(&first, &last)) < n) {
 		if (bench_now_ns() > give_up)
 			bench_die("expiry: %" PRIu64 " of %zu callbacks after %" PRIu64 " s",
-				  got, n, SB_WAIT_LIMIT / SB_S);
-		bench_sleep_ns(SB_MS);
+				  got, n, SB_WAIT_LIMIT / BENCH_S);
+		bench_sleep_ns(BENCH_MS);
 	}
 	seen = bench_now_ns();
 	cpu1 = bench_cpu_ns();
@@ -761,7 +750,7 @@ static void sb_lateness(struct kairos *k, struct sb_lists *l, struct rng *r, dou
 
 	atomic_store_explicit(&sb_late_done, 0, memory_order_relaxed);
 	for (unsigned i = 0; i < SB_LAT_TIMERS; i++) {
-		uint64_t delay = SB_MS + rng_next(r) % (SB_LAT_MAX_DELAY - SB_MS + 1), now;
+		uint64_t delay = BENCH_MS + rng_next(r) % (SB_LAT_MAX_DELAY - BENCH_MS + 1), now;
 		int rc = kairos_now(k, &now);
 
 		if (rc)
@@ -776,8 +765,8 @@ static void sb_lateness(struct kairos *k, struct sb_lists *l, struct rng *r, dou
 		if (bench_now_ns() > give_up)
 			bench_die("lateness: %" PRIu64 " of %u callbacks after %" PRIu64 " s",
 				  atomic_load_explicit(&sb_late_done, memory_order_relaxed),
-				  SB_LAT_TIMERS, SB_WAIT_LIMIT / SB_S);
-		bench_sleep_ns(10 * SB_MS);
+				  SB_LAT_TIMERS, SB_WAIT_LIMIT / BENCH_S);
+		bench_sleep_ns(10 * BENCH_MS);
 	}
 	for (unsigned i = 0; i < SB_LAT_TIMERS; i++) {
 		v[i] = l->late[i].late;
@@ -814,10 +803,10 @@ static uint64_t sb_mixed(struct kairos *k, struct sb_lists *l, struct rng *r, si
 		if (op < 4 && count) {
 			uint32_t j = rng_below(r, (uint32_t)count);
 
-			err |= kairos_reset(k, pool[j], SB_FAR_MIN + SB_FAR_SPAN + SB_S +
+			err |= kairos_reset(k, pool[j], BENCH_FAR_MIN + BENCH_FAR_SPAN + BENCH_S +
 					    (uint64_t)i * 1000u);
 		} else if (op < 7 || !count) {
-			err |= kairos_arm(k, sb_far_delay(r), sb_stray_cb, NULL, &pool[count++]);
+			err |= kairos_arm(k, bench_far_delay(r), sb_stray_cb, NULL, &pool[count++]);
 		} else {
 			uint32_t j = rng_below(r, (uint32_t)count);
 
@@ -841,7 +830,7 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	int err = 0;
 
 	for (size_t i = 0; i < n; i++)
-		l->delay[i] = sb_far_delay(r);
+		l->delay[i] = bench_far_delay(r);
 	/*
 	 * Give what earlier services freed back to the kernel first: memory
 	 * still resident would be reused here without showing in the RSS.
@@ -883,7 +872,7 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	sb_stats(k, &st0);
 	sb_stats(empty, &e0);
 	t0 = bench_now_ns();
-	bench_sleep_ns(SB_S);
+	bench_sleep_ns(BENCH_S);
 	sb_stats(k, &st1);
 	sb_stats(empty, &e1);
 	t1 = bench_now_ns();
@@ -969,7 +958,7 @@ static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 	if (notes->exp_bound)
 		printf("note: in %u run(s) the expiry kept up with deadlines spread over %" PRIu64
 		       " ms: its rate is a lower bound there\n", notes->exp_bound,
-		       SB_EXP_WINDOW / SB_MS);
+		       SB_EXP_WINDOW / BENCH_MS);
 	printf("\n");
 	fflush(stdout);
 }
@@ -1061,12 +1050,12 @@ static void *sb_scaler_main(void *arg)
 
 	pthread_barrier_wait(s->start);
 	for (unsigned i = 0; i < SB_SCALE_WINDOW; i++)
-		err |= kairos_arm(s->k, sb_far_delay(&r), sb_stray_cb, NULL, &ring[i]);
+		err |= kairos_arm(s->k, bench_far_delay(&r), sb_stray_cb, NULL, &ring[i]);
 	for (unsigned i = 0; i < (SB_SCALE_OPS - 2 * SB_SCALE_WINDOW) / 2; i++) {
 		kairos_id *slot = &ring[i % SB_SCALE_WINDOW];
 
 		err |= kairos_cancel(s->k, *slot);
-		err |= kairos_arm(s->k, sb_far_delay(&r), sb_stray_cb, NULL, slot);
+		err |= kairos_arm(s->k, bench_far_delay(&r), sb_stray_cb, NULL, slot);
 	}
 	for (unsigned i = 0; i < SB_SCALE_WINDOW; i++)
 		err |= kairos_cancel(s->k, ring[i]);
@@ -1188,10 +1177,10 @@ static void sb_scaling(const struct sb_opts *o)
  * fires even when the key table stops growing and a keyed arm of 1e6 takes
  * minutes (seen with liburcu 0.13: the run is then slow, not wrong).
  */
-#define SK_FAR_MIN	(600 * SB_S)
-#define SK_FAR_SPAN	(600 * SB_S)
-#define SK_PUSH_MIN	(1201 * SB_S)	/* resets: U[1201, 1202) s from now, later than any arm */
-#define SK_PUSH_SPAN	SB_S
+#define SK_FAR_MIN	(600 * BENCH_S)
+#define SK_FAR_SPAN	(600 * BENCH_S)
+#define SK_PUSH_MIN	(1201 * BENCH_S)	/* resets: U[1201, 1202) s from now, later than any arm */
+#define SK_PUSH_SPAN	BENCH_S
 #define SK_KEY_SLOT	16u		/* bytes a key takes in the bench's lists */
 #define SK_KEY_LEN	13u		/* "conn:" and 8 digits; no NUL */
 
