@@ -1,65 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * scale.c - kairos-bench mode "scale".
+ * scale.c - kairos-bench mode "scale": whether more caller threads get more
+ * done.  T threads (--threads), each with P timers of its own (--per-thread),
+ * call one kairos service through its public API; then, in the same run
+ * with the same mix and seeds, what a server author writes by hand when
+ * timers are set from many threads: a locked heap, one binary min-heap of
+ * (deadline, slot) under one mutex, each slot's heap index kept so that a
+ * cancel or push is O(log n), and one absolute timerfd set to the minimum
+ * under the lock whenever an operation changes it, polled by one extra
+ * thread (nothing falls due here, so it sleeps).
  *
- *	kairos-bench scale [options]
- *
- * Whether more caller threads get more done.  T threads (--threads, default
- * 1, 2, 4 and 8), each with P timers of its own (--per-thread, default
- * 1e5), call one kairos service of --shards shards (default 2; workers,
- * tick and backend the defaults) through its public API.  Then, in the same
- * run, the same threads with the same mix and the same seeds call what a
- * server author writes by hand when timers must be set from many threads:
- *
- *   locked heap       one binary min-heap of (deadline, slot) under one
- *                     pthread mutex, with the index in the heap of each
- *                     slot, so that a cancel or a push is O(log n) and not a
- *                     search; one CLOCK_MONOTONIC timerfd, absolute, set to
- *                     the heap's minimum under the lock whenever an
- *                     operation changes that minimum (timerfd_settime()),
- *                     and one extra thread that polls it and pops what is
- *                     due.  Nothing is due in this workload, so that thread
- *                     sleeps; the re-arms happen when the minimum itself is
- *                     cancelled or pushed, or an arm lands before it.
- *
- * Each thread, for each of the two:
- *
- *   arming            its P timers, delays U[10, 60] s (so that none fires
- *                     during the run), untimed; then the main thread waits
- *                     until the process is quiet (kairos's shards have filed
- *                     every arm) and starts all threads at once.
- *   the mix           for --seconds (default 2) of wall time, calls on
- *                     random timers of its own: two steps in three are a
- *                     push-later (kairos_reset(); the heap: a new key and a
- *                     sift), one in three a cancel followed at once by the
- *                     re-arm of that slot (U[10, 60] s), so that the pending
- *                     count stays T * P.  Of the calls, then, half are
- *                     pushes, a quarter cancels and a quarter arms; a
- *                     cancel and its arm count as two calls.  A push moves
- *                     the slot's delay on by U[1, 1000] ms and sets the
- *                     timer to now + that delay, so that every push is later
- *                     than the timer's deadline before it: pushing earlier
- *                     is another path in kairos (a post to the shard), not
- *                     measured here.  Every call reads CLOCK_MONOTONIC, the
- *                     heap's outside its lock.
- *
- * calls/s is all threads' calls over the wall time from the start to the
- * last thread's stop (each stops within 64 calls of seeing the flag the
- * main thread sets).  The table shows medians over --runs runs (default 3)
- * of that aggregate, the aggregate over T (per thread), the ratio to the
- * same column's T=1 row, and kairos's ratio to the heap at the same T.  The
- * two take turns going first from run to run.  With more threads than CPUs
- * the threads share the CPUs with each other, and with kairos's shard and
- * worker threads: the aggregate is what the process gets done, and the
- * per-thread figure falls as T passes the CPU count.
- *
- * The goal of issue #8, printed and not enforced: at T=4 on 2 CPUs, kairos's
- * aggregate at least 1.6x its own T=1 and at least 3x the locked heap's.
- *
- * Every kairos call and every thread and system call is checked, and an
- * unexpected result ends the program: the numbers would mean nothing.  Each
- * measurement ends with every timer still pending (kairos_destroy() must
- * drop exactly T * P, the heap must hold T * P) and none fired.
+ * Each thread arms its P timers, far (untimed); once the process is quiet,
+ * all start at once and for --seconds call on random timers of their own:
+ * two steps in three a push-later to now + the slot's delay moved on by
+ * U[1, 1000] ms (always later: a push earlier is another kairos path), one
+ * in three a cancel and the slot's re-arm, so T * P stay pending.  Every
+ * call reads CLOCK_MONOTONIC, the heap's outside its lock.  calls/s is all
+ * threads' calls over the wall time to the last thread's stop; the two take
+ * turns going first.  Every call is checked, and each measurement ends with
+ * all T * P still pending and none fired.
  */
 #include <errno.h>
 #include <inttypes.h>
