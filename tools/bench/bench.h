@@ -4,9 +4,6 @@
  * the clock, memory, the shared options, progress lines,
  * medians, goal cells and the machine's line.  Definitions in bench.c; the
  * few called inside timed loops are inline here.
- *
- * Each mode lives in a file of its own (<mode>.c) and is reached only
- * through its entry point, listed in the mode table of kairos-bench.c.
  */
 #ifndef KAIROS_BENCH_H
 #define KAIROS_BENCH_H

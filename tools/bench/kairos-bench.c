@@ -1,35 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kairos-bench - benchmarks for kairos.
- *
- *	kairos-bench <mode> [options]
- *	kairos-bench <mode> --help
- *
- * Each mode lives in a file of its own and is reached only through the mode
- * table below, so that modes never touch each other:
- *
- *   wheel     wheel.c: the timing wheel against a binary heap, one
- *             thread, virtual time.
- *   service   service.c: the kairos service through its public API,
- *             called from a thread that is not a shard thread.
- *   keys      service.c: keyed timers (kairos_arm_opts with a key,
- *             kairos_key_reset, _find, _cancel) beside the id path.
- *   peer      peer.c: the same workloads on kairos, libev, libuv,
- *             libevent and one timerfd per timer, with ratios to kairos.
- *   scale     scale.c: 1, 2, 4, 8 caller threads on one kairos
- *             service, and on one binary heap under one mutex.
- *
- * Helpers every mode uses (failing loudly, the clock, memory, the generator,
- * argument parsing, progress lines, medians) are in bench.h and bench.c.
+ * kairos-bench - benchmarks for kairos.  Each mode lives in a file of its
+ * own (bench.h names them) and is reached only through the mode table below,
+ * so that modes never touch each other; what they share is in bench.c.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
-
-/* ------------------------------------------------------------------------
- * Mode table and main().
- */
 
 struct bench_mode {
 	const char *name;

@@ -913,6 +913,7 @@ static void sb_goal_cell(const struct sb_opts *o, char *buf, size_t len, int row
 	}
 }
 
+/* The backend's name, as a string that outlives @k; *@why lives as long as @k. */
 static const char *sb_backend(struct kairos *k, const char **why)
 {
 	const char *name = "?";
@@ -920,7 +921,7 @@ static const char *sb_backend(struct kairos *k, const char **why)
 	*why = "?";
 	if (kairos_backend_info(k, 0, &name, why) != 0)
 		name = "?";
-	return name;
+	return !strcmp(name, "io_uring") ? "io_uring" : !strcmp(name, "epoll") ? "epoll" : "?";
 }
 
 static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
@@ -988,9 +989,6 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 	sb_lists_alloc(&l, n);
 	k = sb_create(&o->cfg);
 	backend = sb_backend(k, &why);
-	/* The strings live as long as the service: keep a name that outlives it. */
-	backend = strcmp(backend, "io_uring") == 0 ? "io_uring" :
-		  strcmp(backend, "epoll") == 0 ? "epoll" : "?";
 	sb_destroy(k, 0, "backend");
 
 	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
@@ -1734,9 +1732,6 @@ int sk_main(int argc, char **argv)
 	k = sb_create(&o.cfg);
 	backend = sb_backend(k, &why);
 	sk_print_legend(&o, backend, why);
-	/* The strings live as long as the service: keep a name that outlives it. */
-	backend = strcmp(backend, "io_uring") == 0 ? "io_uring" :
-		  strcmp(backend, "epoll") == 0 ? "epoll" : "?";
 	sb_destroy(k, 0, "backend");
 	for (unsigned int i = 0; i < o.b.nsizes; i++)
 		sk_bench_size(&o, o.b.sizes[i], backend);
