@@ -158,10 +158,10 @@ struct pb_impl {
 	/* Runs @fn(@arg) as a loop iteration's work, then what is due, no wait. */
 	void (*in_loop)(void (*fn)(void *), void *arg);
 	void (*wait)(void);		/* one iteration that may block for what is due */
-	void (*quiesce)(void);		/* until its own threads, if any, are quiet */
+	void (*quiesce)(void);		/* until its own threads are quiet; or NULL */
 	void (*teardown)(size_t pending);	/* ends what is pending, frees all */
 	void (*describe)(char *buf, size_t len);	/* version, backend: one line */
-	size_t (*max_cap)(void);	/* the most slots it can hold at once */
+	size_t (*max_cap)(void);	/* the most slots it can hold; NULL: no limit */
 	bool kernel_state;		/* keeps per-timer state in the kernel */
 };
 
@@ -217,13 +217,10 @@ static void pb_unmap(void *p, size_t size)
 		bench_die("munmap failed");
 }
 
-static size_t pb_no_cap(void)
+static void pb_quiesce(const struct pb_impl *im)
 {
-	return SIZE_MAX;
-}
-
-static void pb_no_quiesce(void)
-{
+	if (im->quiesce)
+		im->quiesce();
 }
 
 #if defined(HAVE_LIBEV) || defined(HAVE_LIBUV) || defined(HAVE_LIBEVENT)
@@ -436,7 +433,6 @@ static const struct pb_impl pb_kairos = {
 	.quiesce = bench_settle,
 	.teardown = pk_teardown,
 	.describe = pk_describe,
-	.max_cap = pb_no_cap,
 };
 
 /* ------------------------------------------------------------------------
@@ -536,7 +532,6 @@ static const struct pb_impl pb_kairos_loop = {
 	.quiesce = bench_settle,
 	.teardown = pq_teardown,
 	.describe = pq_describe,
-	.max_cap = pb_no_cap,
 };
 
 /* ------------------------------------------------------------------------
@@ -660,10 +655,8 @@ static const struct pb_impl pb_libev = {
 	.idle_push = pe_idle_push,
 	.in_loop = pe_in_loop,
 	.wait = pe_wait,
-	.quiesce = pb_no_quiesce,
 	.teardown = pe_teardown,
 	.describe = pe_describe,
-	.max_cap = pb_no_cap,
 };
 #else
 static const struct pb_impl pb_libev = {
@@ -802,10 +795,8 @@ static const struct pb_impl pb_libuv = {
 	.push_later = pu_push_later,
 	.in_loop = pu_in_loop,
 	.wait = pu_wait,
-	.quiesce = pb_no_quiesce,
 	.teardown = pu_teardown,
 	.describe = pu_describe,
-	.max_cap = pb_no_cap,
 };
 #else
 static const struct pb_impl pb_libuv = {
@@ -937,10 +928,8 @@ static const struct pb_impl pb_libevent = {
 	.push_later = pv_push_later,
 	.in_loop = pv_in_loop,
 	.wait = pv_wait,
-	.quiesce = pb_no_quiesce,
 	.teardown = pv_teardown,
 	.describe = pv_describe,
-	.max_cap = pb_no_cap,
 };
 #else
 static const struct pb_impl pb_libevent = {
@@ -1073,7 +1062,6 @@ static const struct pb_impl pb_timerfd = {
 	.push_later = pt_push_later,
 	.in_loop = pt_in_loop,
 	.wait = pt_wait,
-	.quiesce = pb_no_quiesce,
 	.teardown = pt_teardown,
 	.describe = pt_describe,
 	.max_cap = pt_max_cap,
@@ -1384,7 +1372,7 @@ static void pb_churn(const struct pb_impl *im, struct pb_lists *l, double *row,
 	while (m.i < PB_MIX_OPS)
 		im->in_loop(pb_mix_job, &m);
 	/* kairos: what its threads do after the calls return counts too. */
-	im->quiesce();
+	pb_quiesce(im);
 	cpu1 = bench_cpu_ns();
 	row[PB_CHURN] = (double)(cpu1 - cpu0) / PB_MIX_OPS;	/* ns/op == ms per 1e6 */
 	*pending = m.count;
@@ -1413,15 +1401,15 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	rss0 = bench_rss_bytes();
 	slab0 = pb_slab_bytes();
 	im->setup(l->cap);
-	im->quiesce();
+	pb_quiesce(im);
 
 	pb_progress(im, n, label, "fill");
 	im->in_loop(pb_arm_job, &j);
-	im->quiesce();
+	pb_quiesce(im);
 	pb_progress(im, n, label, "cancel");
 	im->in_loop(pb_cancel_job, &j);
 	row[PB_CANCEL] = (double)j.ns / (double)n;
-	im->quiesce();
+	pb_quiesce(im);
 	/*
 	 * The idle rows go here, between the cancel and the arm: the N slots
 	 * are free, and the idle cancel, in the cancel row's order, hands the
@@ -1431,22 +1419,22 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 		pb_progress(im, n, label, "idle arm");
 		im->in_loop(pb_idle_arm_job, &j);
 		row[PB_IDLE_ARM] = (double)j.ns / (double)n;
-		im->quiesce();
+		pb_quiesce(im);
 		pb_progress(im, n, label, "idle push-later");
 		im->in_loop(pb_idle_later_job, &j);
 		row[PB_IDLE_LATER] = (double)j.ns / (double)n;
-		im->quiesce();
+		pb_quiesce(im);
 		pb_progress(im, n, label, "idle cancel");
 		im->in_loop(pb_cancel_job, &j);
 		row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
-		im->quiesce();
+		pb_quiesce(im);
 		pb_no_strays(im, "idle");
 	}
 	pb_progress(im, n, label, "arm");
 	im->in_loop(pb_arm_job, &j);
 	row[PB_ARM] = (double)j.ns / (double)n;
 	row[PB_PAIR] = row[PB_ARM] + row[PB_CANCEL];
-	im->quiesce();
+	pb_quiesce(im);
 	rss1 = bench_rss_bytes();
 	slab1 = pb_slab_bytes();
 	row[PB_BYTES] = ((double)rss1 - (double)rss0) / (double)n;
@@ -1455,11 +1443,11 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	pb_progress(im, n, label, "push-later");
 	im->in_loop(pb_later_job, &j);
 	row[PB_LATER] = (double)j.ns / (double)n;
-	im->quiesce();
+	pb_quiesce(im);
 
 	pb_progress(im, n, label, "lateness");
 	pb_lateness(im, l, row);
-	im->quiesce();
+	pb_quiesce(im);
 	pb_no_strays(im, "lateness");
 
 	pb_progress(im, n, label, "churn");
@@ -1589,7 +1577,7 @@ static bool pb_has_row(size_t i, int row)
 /* Slots that @i needs at N = @n with @lat lateness timers, against its cap. */
 static bool pb_fits(size_t i, size_t n, unsigned lat)
 {
-	return n + PB_SLACK + lat <= pb_impls[i]->max_cap();
+	return !pb_impls[i]->max_cap || n + PB_SLACK + lat <= pb_impls[i]->max_cap();
 }
 
 /*
@@ -2064,10 +2052,11 @@ static void pb_parse_only(struct pb_opts *o, const char *arg)
 static void pb_default_sizes(struct pb_opts *o)
 {
 	for (size_t i = 0; i < PB_NIMPL; i++) {
-		size_t cap = pb_impls[i]->max_cap(), n;
+		size_t cap, n;
 
-		if (!pb_column(o, i) || cap == SIZE_MAX)
+		if (!pb_column(o, i) || !pb_impls[i]->max_cap)
 			continue;
+		cap = pb_impls[i]->max_cap();
 		n = cap > PB_SLACK + PB_LAT_FD_TIMERS ? cap - PB_SLACK - PB_LAT_FD_TIMERS : 0;
 		n = n / 1000 * 1000;
 		if (n >= 1000 && n < 100000)
