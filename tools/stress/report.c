@@ -471,6 +471,18 @@ static void print_keys(FILE *f, const struct tally *t)
 		t->ksettles, t->kunmeasured);
 }
 
+/* Every load thread's calls, answers and calls on stale ids, added up. */
+static void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N])
+{
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		for (unsigned a = 0; a < A_N; a++) {
+			totals[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
+			stale[a] += S.th[i].stale[a];
+			for (unsigned r = 0; r < RC_N; r++)
+				rc[a][r] += S.th[i].rc[a][r];
+		}
+}
+
 int report_text(FILE *f)
 {
 	const struct stress_config *c = &S.cfg;
@@ -489,13 +501,7 @@ int report_text(FILE *f)
 	late_snapshot(la, lo, lp);
 	tally_sum(&t);
 	cb_sum(&oneshot, &periodic, &periods, &drained);
-	for (unsigned i = 0; i < c->threads; i++)
-		for (unsigned a = 0; a < A_N; a++) {
-			totals[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
-			stale[a] += S.th[i].stale[a];
-			for (unsigned r = 0; r < RC_N; r++)
-				rc[a][r] += S.th[i].rc[a][r];
-		}
+	ops_sum(totals, rc, stale);
 
 	opt_seed_str(seed, c->seed);
 	fprintf(f, "\nkairos-stress: %.1f s of load%s, %u threads, %" PRIu32 " timers, seed %s\n",
@@ -887,13 +893,7 @@ int report_json(FILE *f)
 	late_snapshot(la, la + 1, la + 2);
 	tally_sum(&t);
 	cb_sum(&oneshot, &periodic, &periods, &drained);
-	for (unsigned i = 0; i < S.cfg.threads; i++)
-		for (unsigned a = 0; a < A_N; a++) {
-			totals[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
-			stale[a] += S.th[i].stale[a];
-			for (unsigned r = 0; r < RC_N; r++)
-				rc[a][r] += S.th[i].rc[a][r];
-		}
+	ops_sum(totals, rc, stale);
 
 	fputc('{', f);
 	w.comma[0] = false;
