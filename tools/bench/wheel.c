@@ -819,21 +819,6 @@ static double wb_bytes_per_timer(const struct bench_queue_ops *ops, size_t n)
 	return (double)(ops->rec_size + ops->slot_size) + (double)ops->fixed_size / (double)n;
 }
 
-/* "<= 40 met", "<= 40 MISSED", or "-" where no goal applies. */
-static void wb_goal(char *buf, size_t len, double goal, double value, size_t n)
-{
-	bench_goal_le(buf, len, goal, value, n == WB_GOAL_N);
-}
-
-/* " slack=12.5%" when timers carry slack; nothing for exact timers. */
-static void wb_slack_tag(char *buf, size_t len, const struct wb_opts *o)
-{
-	if (o->slack_pct > 0)
-		snprintf(buf, len, " slack=%g%%", o->slack_pct);
-	else
-		buf[0] = '\0';
-}
-
 static void wb_print_row(const struct wb_opts *o, const char *op, double a, double b,
 			 int prec, const char *goal)
 {
@@ -848,9 +833,10 @@ static void wb_print_row(const struct wb_opts *o, const char *op, double a, doub
 static void wb_print_table(const struct wb_opts *o, size_t n, double med[WB_NQUEUES][WB_NPHASES])
 {
 	const char *a = wb_queues[0]->name, *b = wb_queues[1]->name;
-	char goal[32], ratio[32], slack[32];
+	char goal[32], ratio[32], slack[32] = "";
 
-	wb_slack_tag(slack, sizeof(slack), o);
+	if (o->slack_pct > 0)
+		snprintf(slack, sizeof(slack), " slack=%g%%", o->slack_pct);
 	if (o->b.markdown) {
 		printf("**kairos-bench wheel**: N=%zu runs=%u seed=%" PRIu64
 		       "%s (median ns per op)\n\n", n, o->b.runs, o->b.seed, slack);
@@ -863,10 +849,11 @@ static void wb_print_table(const struct wb_opts *o, size_t n, double med[WB_NQUE
 		printf("%-15s %9s %9s %11s  %s\n", "op", a, b, ratio, "goal");
 	}
 	for (int p = 0; p < WB_NPHASES; p++) {
-		wb_goal(goal, sizeof(goal), wb_phases[p].goal, med[0][p], n);
+		bench_goal_le(goal, sizeof(goal), wb_phases[p].goal, med[0][p], n == WB_GOAL_N);
 		wb_print_row(o, wb_phases[p].name, med[0][p], med[1][p], 1, goal);
 	}
-	wb_goal(goal, sizeof(goal), WB_GOAL_BYTES, wb_bytes_per_timer(wb_queues[0], n), n);
+	bench_goal_le(goal, sizeof(goal), WB_GOAL_BYTES, wb_bytes_per_timer(wb_queues[0], n),
+		      n == WB_GOAL_N);
 	wb_print_row(o, "bytes/timer", wb_bytes_per_timer(wb_queues[0], n),
 		     wb_bytes_per_timer(wb_queues[1], n), 1, goal);
 	printf("\n");
