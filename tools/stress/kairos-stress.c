@@ -367,14 +367,6 @@ struct progress {
 	struct lsnap *snap;	/* three: all, one-shot, periodic */
 };
 
-static void ops_now(uint64_t ops[A_N])
-{
-	memset(ops, 0, sizeof(uint64_t) * A_N);
-	for (unsigned i = 0; i < S.cfg.threads; i++)
-		for (unsigned a = 0; a < A_N; a++)
-			ops[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
-}
-
 static uint64_t sum_ops(const uint64_t ops[A_N])
 {
 	uint64_t n = 0;
@@ -408,7 +400,7 @@ static void take_sample(struct progress *p, uint64_t now)
 		S.samples = n;
 		S.samples_cap = cap;
 	}
-	ops_now(ops);
+	ops_sum(ops, NULL, NULL);
 	for (unsigned i = 0; i < S.cfg.threads; i++)
 		late += atomic_load_explicit(&S.th[i].late_pending, memory_order_relaxed);
 	kairos_stats(S.k, &st);
@@ -438,7 +430,7 @@ static void progress_line(struct progress *p, uint64_t now)
 	char f[6][40], rate[16], pend[16], fired[16], p99[24];
 	const char *fields[6];
 
-	ops_now(ops);
+	ops_sum(ops, NULL, NULL);
 	total = sum_ops(ops);
 	kairos_stats(S.k, &st);
 	late_snapshot(&p->snap[0], &p->snap[1], &p->snap[2]);

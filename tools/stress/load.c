@@ -1743,3 +1743,17 @@ void cb_sum(uint64_t *oneshot, uint64_t *periodic, uint64_t *periods, uint64_t *
 	if (drained)
 		*drained = d;
 }
+
+void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N])
+{
+	memset(totals, 0, sizeof(uint64_t) * A_N);
+	for (unsigned i = 0; i < S.cfg.threads; i++)
+		for (unsigned a = 0; a < A_N; a++) {
+			totals[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
+			if (!rc)
+				continue;
+			stale[a] += S.th[i].stale[a];
+			for (unsigned r = 0; r < RC_N; r++)
+				rc[a][r] += S.th[i].rc[a][r];
+		}
+}

@@ -471,18 +471,6 @@ static void print_keys(FILE *f, const struct tally *t)
 		t->ksettles, t->kunmeasured);
 }
 
-/* Every load thread's calls, answers and calls on stale ids, added up. */
-static void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N])
-{
-	for (unsigned i = 0; i < S.cfg.threads; i++)
-		for (unsigned a = 0; a < A_N; a++) {
-			totals[a] += atomic_load_explicit(&S.th[i].ops[a], memory_order_relaxed);
-			stale[a] += S.th[i].stale[a];
-			for (unsigned r = 0; r < RC_N; r++)
-				rc[a][r] += S.th[i].rc[a][r];
-		}
-}
-
 int report_text(FILE *f)
 {
 	const struct stress_config *c = &S.cfg;

@@ -496,6 +496,8 @@ void on_timer(void *arg, kairos_id id, int status);
 uint64_t now_ns(void);
 void tally_sum(struct tally *out);
 void cb_sum(uint64_t *oneshot, uint64_t *periodic, uint64_t *periods, uint64_t *drained);
+/* Every load thread's calls into @totals; with @rc, their answers and stale-id calls added. */
+void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N]);
 
 /* One line of the cross-check of kairos_stats() against the tool's tallies. */
 struct xcheck {
