@@ -1824,28 +1824,6 @@ static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
  * The plot: gnuplot, when there is one.
  */
 
-static bool pb_in_path(const char *prog)
-{
-	const char *path = getenv("PATH");
-	char buf[4096];
-
-	if (!path)
-		return false;
-	while (*path) {
-		size_t len = strcspn(path, ":");
-
-		if (len && len + strlen(prog) + 2 <= sizeof(buf)) {
-			snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, prog);
-			if (access(buf, X_OK) == 0)
-				return true;
-		}
-		path += len;
-		if (*path == ':')
-			path++;
-	}
-	return false;
-}
-
 static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 {
 	static const struct {
@@ -1859,7 +1837,7 @@ static void pb_plot(const struct pb_opts *o, const struct pb_size *sizes)
 	FILE *f;
 	int rc;
 
-	if (!pb_in_path("gnuplot")) {
+	if (!plot_have_gnuplot()) {
 		fprintf(stderr, "kairos-bench peer: gnuplot is not installed (not in PATH): "
 				"no plot written to %s\n", o->plot);
 		return;

@@ -1152,7 +1152,7 @@ int report_plot(const char *path)
 	int rc, status;
 	pid_t pid;
 
-	if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+	if (!plot_have_gnuplot()) {
 		fprintf(stderr, "kairos-stress: gnuplot not found; install it (apt-get install"
 			" gnuplot-nox) for --plot\n");
 		return 0;
