@@ -8,6 +8,7 @@
 #ifndef KAIROS_BENCH_H
 #define KAIROS_BENCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,6 +62,42 @@ void *bench_alloc(size_t size);
 static inline uint64_t bench_far_delay(struct rng *r)
 {
 	return BENCH_FAR_MIN + rng_next(r) % BENCH_FAR_SPAN;
+}
+
+/*
+ * The floor of a timer call that any thread may make: one atomic CAS per op
+ * on the 64-byte record order[i] of @recs (the order read from a list, as
+ * the API loops read theirs), after a clock_gettime(@id) when @clock, as a
+ * call that takes a delay must read the clock.  Return: ns per op.  Inlined
+ * with constant @clock and @id, so that no test is left in the loop.
+ */
+static inline __attribute__((always_inline))
+double bench_cas_floor(char *recs, const uint32_t *order, size_t n, bool clock, clockid_t id)
+{
+	volatile uint64_t sink;	/* keeps the clock readings */
+	uint64_t t0, t1, acc = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i++) {
+		char *rec = recs + (size_t)order[i] * BENCH_ALIGN;
+		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)rec;
+		struct timespec ts;
+		uint64_t v;
+
+		if (clock) {
+			if (clock_gettime(id, &ts) != 0)
+				bench_die("clock_gettime(%d) failed", (int)id);
+			acc += (uint64_t)ts.tv_nsec;
+		}
+		/* Load, then CAS from what was read: how a state word is changed. */
+		v = atomic_load_explicit(p, memory_order_relaxed);
+		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
+							memory_order_relaxed);
+	}
+	t1 = bench_now_ns();
+	sink = acc;
+	(void)sink;
+	return (double)(t1 - t0) / (double)n;
 }
 
 /* Fills @v with a random permutation of 0 .. @n - 1 (Fisher-Yates). */

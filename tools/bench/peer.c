@@ -1471,44 +1471,6 @@ struct pb_floors {
 	uint32_t *order;	/* a random permutation of 0 .. n - 1 */
 };
 
-/* Keeps the clock readings of the floor loops from being optimized away. */
-static volatile uint64_t pb_floor_sum;
-
-/*
- * The order is read from a list, as the API loops read theirs, so that the
- * index computation is not what is measured.  Inlined into each caller with
- * constant arguments: three loops, no test of @clock inside them.
- */
-static inline __attribute__((always_inline))
-double pb_floor_loop(const struct pb_floors *f, bool clock, clockid_t id)
-{
-	const uint32_t *order = f->order;
-	char *recs = f->recs;
-	size_t n = f->n;
-	uint64_t t0, t1, acc = 0;
-
-	t0 = bench_now_ns();
-	for (size_t i = 0; i < n; i++) {
-		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)
-				      (recs + (size_t)order[i] * BENCH_ALIGN);
-		struct timespec ts;
-		uint64_t v;
-
-		if (clock) {
-			if (clock_gettime(id, &ts) != 0)
-				bench_die("clock_gettime(%d) failed", (int)id);
-			acc += (uint64_t)ts.tv_nsec;
-		}
-		/* Load, then CAS from what was read: how a state word is changed. */
-		v = atomic_load_explicit(p, memory_order_relaxed);
-		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
-							memory_order_relaxed);
-	}
-	t1 = bench_now_ns();
-	pb_floor_sum = acc;
-	return (double)(t1 - t0) / (double)n;
-}
-
 static void pb_floors_alloc(struct pb_floors *f, size_t n)
 {
 	f->n = n > PB_FLOOR_RECS ? n : PB_FLOOR_RECS;
@@ -1528,9 +1490,10 @@ static void pb_floors_measure(struct pb_floors *f, struct rng *r, size_t n,
 {
 	bench_progress("kairos-bench peer: N=%zu %s: floors", n, label);
 	rng_permutation(r, f->order, f->n);
-	out[PB_FLOOR_CAS] = pb_floor_loop(f, false, CLOCK_MONOTONIC);
-	out[PB_FLOOR_CLOCK] = pb_floor_loop(f, true, CLOCK_MONOTONIC);
-	out[PB_FLOOR_COARSE] = pb_floor_loop(f, true, CLOCK_MONOTONIC_COARSE);
+	out[PB_FLOOR_CAS] = bench_cas_floor(f->recs, f->order, f->n, false, 0);
+	out[PB_FLOOR_CLOCK] = bench_cas_floor(f->recs, f->order, f->n, true, CLOCK_MONOTONIC);
+	out[PB_FLOOR_COARSE] = bench_cas_floor(f->recs, f->order, f->n, true,
+					       CLOCK_MONOTONIC_COARSE);
 }
 
 /* ------------------------------------------------------------------------

@@ -518,38 +518,6 @@ static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
 	return (double)(t1 - t0) / (double)n;
 }
 
-/* Keeps the clock readings of the floor loop from being optimized away. */
-static volatile uint64_t sb_floor_sum;
-
-/*
- * The floor: one CAS on a random cache line per op, in the order of the
- * ops, read from a list as the API loops read theirs; with @clock, a clock
- * reading before each, as an arm or a reset makes.
- */
-static double sb_cas_floor(struct sb_lists *l, bool clock)
-{
-	const uint32_t *order = l->order;
-	char *slots = l->slots;
-	size_t n = l->n;
-	uint64_t t0, t1, acc = 0;
-
-	t0 = bench_now_ns();
-	for (size_t i = 0; i < n; i++) {
-		char *slot = slots + (size_t)order[i] * BENCH_ALIGN;
-		_Atomic uint64_t *p = (_Atomic uint64_t *)(void *)slot;
-		uint64_t v;
-
-		if (clock)
-			acc += bench_now_ns();
-		v = atomic_load_explicit(p, memory_order_relaxed);
-		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,
-							memory_order_relaxed);
-	}
-	t1 = bench_now_ns();
-	sb_floor_sum = acc;
-	return (double)(t1 - t0) / (double)n;
-}
-
 /* op i touches timer order[i]; its id goes to the op list. */
 static void sb_op_ids(struct sb_lists *l, struct rng *r)
 {
@@ -669,8 +637,8 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	sb_no_strays("cancel");
 
 	sb_progress(n, label, "floors");
-	row[SB_FLOOR] = sb_cas_floor(l, false);
-	row[SB_FLOOR_CLOCK] = sb_cas_floor(l, true);
+	row[SB_FLOOR] = bench_cas_floor(l->slots, l->order, l->n, false, 0);
+	row[SB_FLOOR_CLOCK] = bench_cas_floor(l->slots, l->order, l->n, true, CLOCK_MONOTONIC);
 	sb_destroy(k, 0, "ops");
 }
 
