@@ -136,6 +136,15 @@ void bench_opt_start(const char *mode);
  */
 bool bench_opt(int c, struct bench_opts *o, size_t min_n, size_t max_n);
 
+/* After the options: a warning on stdout when built without optimization. */
+static inline void bench_warn_unoptimized(void)
+{
+#ifndef __OPTIMIZE__
+	printf("%s: warning: built without optimization; numbers are not representative\n\n",
+	       opt_prog);
+#endif
+}
+
 /* The process: CPU of all its threads, resident memory, and quiet. */
 uint64_t bench_cpu_ns(void);
 uint64_t bench_rss_bytes(void);

@@ -2061,10 +2061,7 @@ int pb_main(int argc, char **argv)
 	if (!o.b.nsizes)
 		pb_default_sizes(&o);
 
-#ifndef __OPTIMIZE__
-	printf("kairos-bench peer: warning: built without optimization; "
-	       "numbers are not representative\n\n");
-#endif
+	bench_warn_unoptimized();
 	pb_print_legend(&o);
 	sizes = bench_alloc(o.b.nsizes * sizeof(*sizes));
 	for (unsigned s = 0; s < o.b.nsizes; s++) {

@@ -796,10 +796,7 @@ int sc_main(int argc, char **argv)
 		}
 	}
 
-#ifndef __OPTIMIZE__
-	printf("kairos-bench scale: warning: built without optimization; "
-	       "numbers are not representative\n\n");
-#endif
+	bench_warn_unoptimized();
 	sc_print_legend(&o);
 	sc_run(&o);
 	return 0;

@@ -1665,10 +1665,7 @@ static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_op
 	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
 	if (o->cfg.clock != CLOCK_MONOTONIC)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
-#ifndef __OPTIMIZE__
-	printf("kairos-bench %s: warning: built without optimization; "
-	       "numbers are not representative\n\n", m->name);
-#endif
+	bench_warn_unoptimized();
 	return -1;
 }
 

@@ -1219,10 +1219,7 @@ int wb_main(int argc, char **argv)
 		o.b.sizes[o.b.nsizes++] = 1000000;
 	}
 
-#ifndef __OPTIMIZE__
-	printf("kairos-bench wheel: warning: built without optimization; "
-	       "numbers are not representative\n\n");
-#endif
+	bench_warn_unoptimized();
 	wb_print_legend(&o);
 	if (o.verify)
 		wb_verify(&o);
