@@ -668,6 +668,40 @@ static void queues_abandon(void)
 	S.qd = NULL;
 }
 
+/*
+ * The run's first line on stderr: what it will do, in fields that wrap
+ * between them at the terminal's width (a field that is 0 is left out).
+ */
+static void start_line(const char *seed)
+{
+	char f[8][64];
+	unsigned n = 0, col, width = term_columns(STDERR_FILENO);
+
+	snprintf(f[n++], sizeof(f[0]), "%.1f s", S.cfg.duration_s);
+	snprintf(f[n++], sizeof(f[0]), "%u threads", S.cfg.threads);
+	snprintf(f[n++], sizeof(f[0]), "%" PRIu32 " timers", S.cfg.timers);
+	snprintf(f[n++], sizeof(f[0]), "%u shards (%s)", S.nshards,
+		 S.nshards ? S.backends[0].name : "?");
+	if (S.cfg.queues)
+		snprintf(f[n++], sizeof(f[0]), "%u queues", S.cfg.queues);
+	if (S.cfg.keys)
+		snprintf(f[n++], sizeof(f[0]), "%" PRIu32 " own keys per thread", S.cfg.keys);
+	if (S.cfg.shared_keys)
+		snprintf(f[n++], sizeof(f[0]), "%" PRIu32 " shared keys", S.cfg.shared_keys);
+	snprintf(f[n++], sizeof(f[0]), "seed %s", seed);
+	col = (unsigned)fprintf(stderr, "kairos-stress:");
+	for (unsigned i = 0; i < n; i++) {
+		unsigned len = (unsigned)strlen(f[i]) + (i + 1 < n);	/* and its comma */
+
+		if (col + 1 + len > width && col > 2) {
+			fputs("\n ", stderr);
+			col = 1;
+		}
+		col += (unsigned)fprintf(stderr, " %s%s", f[i], i + 1 < n ? "," : "");
+	}
+	fputc('\n', stderr);
+}
+
 static int start_service(void)
 {
 	struct kairos_config kc;
@@ -749,10 +783,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	opt_seed_str(seed, S.cfg.seed);
 	if (!S.cfg.quiet)
-		fprintf(stderr, "kairos-stress: %.1f s, %u threads, %" PRIu32 " timers, %u shards (%s),"
-			" %u queues, %" PRIu32 " own keys per thread, %" PRIu32 " shared keys, seed %s\n", S.cfg.duration_s, S.cfg.threads, S.cfg.timers, S.nshards,
-			S.nshards ? S.backends[0].name : "?", S.cfg.queues, S.cfg.keys,
-			S.cfg.shared_keys, seed);
+		start_line(seed);
 
 	S.elapsed_s = (double)run_load() / 1e9;
 	for (unsigned i = 0; i < S.cfg.threads; i++)
