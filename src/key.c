@@ -8,8 +8,9 @@
  * nothing.
  *
  * kairos sizes the table itself, from the service's reclaimer thread: one
- * bucket per key or more, grown to twice the keys when they outnumber the
- * buckets, shrunk when they fall under an eighth.  liburcu's own automatic
+ * bucket per key or more, grown to the keys' count rounded up to a power of
+ * two when they outnumber the buckets, shrunk when they fall under an
+ * eighth.  liburcu's own automatic
  * resize is not used: it lets chains grow to eight nodes before it acts,
  * needs a thread of its own, and (in 0.13) can stop resizing for good when
  * its worker finishes before the launching thread marks the resize begun.
@@ -22,11 +23,15 @@
  *    when its timer ends, or cds_lfht_replace() by a KAIROS_KEY_REPLACE arm
  *    that takes the key over.  Either removal happens once.
  *  - The timer's ext entry (rec_ext.key), from its arm until whoever ends
- *    the timer exchanges it for NULL: that thread, and only it, removes the
- *    node from the table (which fails harmlessly if a replace came first)
- *    and hands it to the reclaimer, which frees it after a grace period.
- *    Readers that found the node inside a read-side section may still be
- *    looking at it until then.
+ *    the timer takes it, leaving KEY_RELEASING there until the node is out
+ *    of the table, then NULL: that thread, and only it, removes the node
+ *    from the table (which fails harmlessly if a replace came first) and
+ *    hands it to the reclaimer, which frees it after a grace period.  A
+ *    second thread ending the same timer meanwhile (a cancel that returns
+ *    0 while a worker retires the record) waits for KEY_RELEASING to clear,
+ *    so that the key is free when either returns.  Readers that found the
+ *    node inside a read-side section may look at it until that grace
+ *    period ends.
  *
  * A timer ends, and releases its key, at the first of: a cancel that
  * returns 0 (kairos.c: cancel()), the claim that starts its one-shot
@@ -77,6 +82,9 @@ void __tsan_release(void *addr);
 #define tsan_published(p)	((void)(p))
 #define tsan_found(p)		((void)(p))
 #endif
+
+/* rec_ext.key while a releaser takes the node out of the table (key_release_slow()). */
+#define KEY_RELEASING	((struct key_node *)(uintptr_t)1)
 
 struct key_node {
 	struct cds_lfht_node node;
@@ -398,16 +406,35 @@ void key_release_slow(struct kairos *k, struct rec *r)
 {
 	struct shard *s = rec_shard(k, r);
 	struct rec_ext *e = table_ext_peek(s, table_index(s, r));
-	struct key_node *kn = e ? atomic_exchange_explicit(&e->key, NULL, memory_order_acq_rel)
-				: NULL;
+	struct key_node *kn = e ? atomic_load_explicit(&e->key, memory_order_acquire) : NULL;
+	unsigned spins = 0;
 
-	if (!kn)
-		return;
+	/*
+	 * Take the node (it becomes KEY_RELEASING until it is out of the
+	 * table), or wait for the thread that took it: a cancel that returns 0
+	 * while the shard or a worker retires the same record must not return
+	 * before the key is free.
+	 */
+	for (;;) {
+		if (!kn)
+			return;
+		if (kn == KEY_RELEASING) {
+			cpu_relax_n(&spins);
+			kn = atomic_load_explicit(&e->key, memory_order_acquire);
+			continue;
+		}
+		if (atomic_compare_exchange_weak_explicit(&e->key, &kn, KEY_RELEASING,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			break;
+	}
 	/* Fails if a replace took the key first: then it is gone already. */
 	rcu_read_lock();
 	(void)cds_lfht_del(atomic_load_explicit(&k->keys, memory_order_relaxed), &kn->node);
 	rcu_read_unlock();
 	garbage_push(k, kn);
+	/* Release: whoever waits sees the node gone from the table. */
+	atomic_store_explicit(&e->key, NULL, memory_order_release);
 }
 
 struct key_node *key_garbage_take(struct kairos *k)
