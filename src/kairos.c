@@ -1120,13 +1120,14 @@ KAIROS_EXPORT int kairos_key_find(struct kairos *k, const void *key, size_t len,
 
 /*
  * The deadline (ns, the start of its tick: the earliest it may run) of the
- * life @id of @r, into *@due_ns; or 1 when it is due, or a negative errno.
- * Reads the state word before and after the deadline: a deadline read
- * between two equal words belongs to that pending life.
+ * life @id of @r, whose state word lookup() read as @old, into *@due_ns
+ * (0 when it is due), or a negative errno.  Reads the state word again
+ * after the deadline: a deadline read between two equal words belongs to
+ * that pending life.
  */
-static int remaining_of(struct kairos *k, struct rec *r, kairos_id id, uint64_t *due_ns)
+static int remaining_of(struct kairos *k, struct rec *r, kairos_id id, uint64_t old,
+			uint64_t *due_ns)
 {
-	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 	unsigned spins = 0;
 
 	for (;;) {
@@ -1142,9 +1143,8 @@ static int remaining_of(struct kairos *k, struct rec *r, kairos_id id, uint64_t 
 			continue;
 		case ST_PENDING:
 		case ST_PARKED:
-			tick = __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
-			/* Acquire fence: the deadline load comes before the second read. */
-			atomic_thread_fence(memory_order_acquire);
+			/* Acquire: the deadline is read before the state word again. */
+			tick = __atomic_load_n(&r->wt.deadline, __ATOMIC_ACQUIRE);
 			again = atomic_load_explicit(&r->state, memory_order_relaxed);
 			if (again != old) {
 				old = again;
@@ -1154,7 +1154,8 @@ static int remaining_of(struct kairos *k, struct rec *r, kairos_id id, uint64_t 
 			return 0;
 		case ST_FIRING:
 			/* Expired, not started (or waiting in a queue, untaken). */
-			return 1;
+			*due_ns = 0;
+			return 0;
 		case ST_RUNNING:
 			/*
 			 * A one-shot timer whose callback started has fired.  A
@@ -1183,14 +1184,10 @@ KAIROS_EXPORT int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns)
 		return -EINVAL;
 	}
 	r = lookup(k, id, &s, &state);
-	rc = r ? remaining_of(k, r, id, &due_ns) : -ENOENT;
+	rc = r ? remaining_of(k, r, id, state, &due_ns) : -ENOENT;
 	service_leave();
-	if (rc < 0)
+	if (rc)
 		return rc;
-	if (rc == 1) {
-		*ns = 0;
-		return 0;
-	}
 	/*
 	 * Read after the deadline: the timer does not run within *@ns of the
 	 * call's start, whatever the delay before this read.

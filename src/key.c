@@ -67,22 +67,6 @@
 #include "internal.h"
 #include "key.h"
 
-/*
- * liburcu-cds is not built with TSan, so TSan does not see that
- * cds_lfht_add_unique() and cds_lfht_replace() (full barriers) publish a
- * node's contents to the lookups that find it.  TSan builds say so
- * explicitly; other builds compile these away.
- */
-#ifdef __SANITIZE_THREAD__
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define tsan_published(p)	__tsan_release(p)
-#define tsan_found(p)		__tsan_acquire(p)
-#else
-#define tsan_published(p)	((void)(p))
-#define tsan_found(p)		((void)(p))
-#endif
-
 /* rec_ext.key while a releaser takes the node out of the table (key_release_slow()). */
 #define KEY_RELEASING	((struct key_node *)(uintptr_t)1)
 

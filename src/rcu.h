@@ -17,20 +17,30 @@
 #include <urcu-bp.h>
 
 /*
- * TSan does not model grace periods: a thread that reads a service's
- * shards inside a read-side section and then sleeps outside it is ordered
- * before kairos_destroy()'s frees only by synchronize_rcu().  Such a
- * section ends with rcu_tsan_section_end(k), and destroy, past its grace
- * period, says rcu_tsan_grace_done(k).  Other builds compile these away.
+ * What TSan cannot see of liburcu, said explicitly in TSan builds (other
+ * builds compile these away):
+ *  - Grace periods: a thread that reads a service's shards inside a
+ *    read-side section and then sleeps outside it is ordered before
+ *    kairos_destroy()'s frees only by synchronize_rcu().  Such a section
+ *    ends with rcu_tsan_section_end(k), and destroy, past its grace
+ *    period, says rcu_tsan_grace_done(k).
+ *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
+ *    cds_lfht_replace() (full barriers) publish a node's contents to the
+ *    lookups that find it; tsan_published(node) and tsan_found(node) say
+ *    so (key.c).
  */
 #ifdef __SANITIZE_THREAD__
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 #define rcu_tsan_section_end(k)	__tsan_release(&(k)->dead)
 #define rcu_tsan_grace_done(k)	__tsan_acquire(&(k)->dead)
+#define tsan_published(p)	__tsan_release(p)
+#define tsan_found(p)		__tsan_acquire(p)
 #else
 #define rcu_tsan_section_end(k)	((void)(k))
 #define rcu_tsan_grace_done(k)	((void)(k))
+#define tsan_published(p)	((void)(p))
+#define tsan_found(p)		((void)(p))
 #endif
 
 #endif /* KAIROS_RCU_H */
