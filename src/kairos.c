@@ -902,6 +902,16 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	return -EBUSY;
 }
 
+/* Starts loading the record @id names, if any; reads nothing it names. */
+static void prefetch_rec(struct kairos *k, kairos_id id)
+{
+	struct shard *s;
+	struct rec *r = table_lookup(k, id, &s);
+
+	if (r)
+		__builtin_prefetch(&r->state, 1);
+}
+
 /* Moves timer @id's deadline to the absolute @deadline_ns. */
 static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
@@ -958,6 +968,11 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
+	/*
+	 * The record loads while the clock is read: the read waits for the
+	 * loads ahead of it (its counter read is ordered), not for a prefetch.
+	 */
+	prefetch_rec(k, id);
 	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
@@ -984,16 +999,6 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
  * of one on this machine without evicting what the loop still needs.
  */
 #define RESET_AHEAD	8
-
-/* Starts loading the record @id names, if any; reads nothing it names. */
-static void prefetch_rec(struct kairos *k, kairos_id id)
-{
-	struct shard *s;
-	struct rec *r = table_lookup(k, id, &s);
-
-	if (r)
-		__builtin_prefetch(&r->state, 1);
-}
 
 KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n,
 				 uint64_t delay_ns, int *results)
