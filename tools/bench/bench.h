@@ -64,15 +64,24 @@ static inline uint64_t bench_far_delay(struct rng *r)
 	return BENCH_FAR_MIN + rng_next(r) % BENCH_FAR_SPAN;
 }
 
+/* What a floor does before its CAS (bench_cas_floor()). */
+enum bench_floor {
+	BENCH_FLOOR_CAS,		/* nothing */
+	BENCH_FLOOR_CLOCK,		/* clock_gettime(@id) */
+	BENCH_FLOOR_PREFETCH,		/* prefetches the record, then clock_gettime(@id) */
+	BENCH_FLOOR_TSC,		/* reads the time-stamp counter, unordered (x86-64) */
+};
+
 /*
  * The floor of a timer call that any thread may make: one atomic CAS per op
  * on the 64-byte record order[i] of @recs (the order read from a list, as
- * the API loops read theirs), after a clock_gettime(@id) when @clock, as a
- * call that takes a delay must read the clock.  Return: ns per op.  Inlined
- * with constant @clock and @id, so that no test is left in the loop.
+ * the API loops read theirs), after what @how says: a call that takes a
+ * delay must read a clock.  Return: ns per op.  Inlined with constant @how
+ * and @id, so that no test is left in the loop.
  */
 static inline __attribute__((always_inline))
-double bench_cas_floor(char *recs, const uint32_t *order, size_t n, bool clock, clockid_t id)
+double bench_cas_floor(char *recs, const uint32_t *order, size_t n, enum bench_floor how,
+		       clockid_t id)
 {
 	volatile uint64_t sink;	/* keeps the clock readings */
 	uint64_t t0, t1, acc = 0;
@@ -84,11 +93,17 @@ double bench_cas_floor(char *recs, const uint32_t *order, size_t n, bool clock, 
 		struct timespec ts;
 		uint64_t v;
 
-		if (clock) {
+		if (how == BENCH_FLOOR_PREFETCH)
+			__builtin_prefetch(rec, 1);
+		if (how == BENCH_FLOOR_CLOCK || how == BENCH_FLOOR_PREFETCH) {
 			if (clock_gettime(id, &ts) != 0)
 				bench_die("clock_gettime(%d) failed", (int)id);
 			acc += (uint64_t)ts.tv_nsec;
 		}
+#if defined(__x86_64__)
+		if (how == BENCH_FLOOR_TSC)
+			acc += __builtin_ia32_rdtsc();
+#endif
 		/* Load, then CAS from what was read: how a state word is changed. */
 		v = atomic_load_explicit(p, memory_order_relaxed);
 		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,

@@ -125,6 +125,10 @@ enum pb_floor {
 	PB_FLOOR_CAS,
 	PB_FLOOR_CLOCK,
 	PB_FLOOR_COARSE,
+	PB_FLOOR_PREFETCH,
+#if defined(__x86_64__)
+	PB_FLOOR_TSC,
+#endif
 	PB_NFLOORS
 };
 
@@ -132,6 +136,10 @@ static const char *const pb_floor_names[PB_NFLOORS] = {
 	[PB_FLOOR_CAS] = "CAS",
 	[PB_FLOOR_CLOCK] = "clock_gettime(CLOCK_MONOTONIC) + CAS",
 	[PB_FLOOR_COARSE] = "clock_gettime(CLOCK_MONOTONIC_COARSE) + CAS",
+	[PB_FLOOR_PREFETCH] = "prefetch, clock_gettime(CLOCK_MONOTONIC), CAS",
+#if defined(__x86_64__)
+	[PB_FLOOR_TSC] = "rdtsc (unordered) + CAS",
+#endif
 };
 
 /* ------------------------------------------------------------------------
@@ -1462,7 +1470,10 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
  * after a clock read.  A timer call that any thread may make must change
  * its record's state word with an atomic op, and one that takes a delay
  * must read the clock for now + delay: these are what such a call costs at
- * the very least on this machine, at this many records.
+ * the very least on this machine, at this many records.  Two more show what
+ * the clock read waits for: with the record prefetched before it (the miss
+ * then overlaps the read, as in kairos_reset()), and with the bare counter
+ * read instead (whether an unordered counter would spare the wait).
  */
 
 struct pb_floors {
@@ -1490,10 +1501,16 @@ static void pb_floors_measure(struct pb_floors *f, struct rng *r, size_t n,
 {
 	bench_progress("kairos-bench peer: N=%zu %s: floors", n, label);
 	rng_permutation(r, f->order, f->n);
-	out[PB_FLOOR_CAS] = bench_cas_floor(f->recs, f->order, f->n, false, 0);
-	out[PB_FLOOR_CLOCK] = bench_cas_floor(f->recs, f->order, f->n, true, CLOCK_MONOTONIC);
-	out[PB_FLOOR_COARSE] = bench_cas_floor(f->recs, f->order, f->n, true,
+	out[PB_FLOOR_CAS] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_CAS, 0);
+	out[PB_FLOOR_CLOCK] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_CLOCK,
+					      CLOCK_MONOTONIC);
+	out[PB_FLOOR_COARSE] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_CLOCK,
 					       CLOCK_MONOTONIC_COARSE);
+	out[PB_FLOOR_PREFETCH] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_PREFETCH,
+						 CLOCK_MONOTONIC);
+#if defined(__x86_64__)
+	out[PB_FLOOR_TSC] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_TSC, 0);
+#endif
 }
 
 /* ------------------------------------------------------------------------
@@ -1926,7 +1943,9 @@ static void pb_print_legend(const struct pb_opts *o)
 	printf("%sfloors: under each table, one atomic CAS per op on a random 64-byte record of "
 	       "max(%u, N) in one array, alone and after\n", pre, PB_FLOOR_RECS);
 	printf("%s  clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE): "
-	       "what a thread-safe timer call costs at the least.\n", pre);
+	       "what a thread-safe timer call costs at the least;\n", pre);
+	printf("%s  then with the record prefetched before the clock read, and after a bare "
+	       "rdtsc: what the clock read waits for.\n", pre);
 	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
 	       "the runs. Deadlines are random outside the\n", pre);
 	printf("%s  idle rows, so the loops' special cases for equal timeouts (libevent common "

@@ -637,8 +637,9 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	sb_no_strays("cancel");
 
 	sb_progress(n, label, "floors");
-	row[SB_FLOOR] = bench_cas_floor(l->slots, l->order, l->n, false, 0);
-	row[SB_FLOOR_CLOCK] = bench_cas_floor(l->slots, l->order, l->n, true, CLOCK_MONOTONIC);
+	row[SB_FLOOR] = bench_cas_floor(l->slots, l->order, l->n, BENCH_FLOOR_CAS, 0);
+	row[SB_FLOOR_CLOCK] = bench_cas_floor(l->slots, l->order, l->n, BENCH_FLOOR_CLOCK,
+						 CLOCK_MONOTONIC);
 	sb_destroy(k, 0, "ops");
 }
 
