@@ -559,7 +559,7 @@ struct kairos {
 
 	pthread_t reclaimer;
 	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
-	_Atomic int reclaim_stop;
+	_Atomic uint32_t reclaim_stop;	/* futex too: it cuts a pause short */
 	struct kairos *list_next;	/* on the list of live, then destroyed, services */
 	struct kairos *list_prev;
 	struct kairos_stats final;	/* the counters at the end of kairos_destroy() */

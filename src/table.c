@@ -460,6 +460,15 @@ static bool reclaim_pass(struct kairos *k)
 	return true;
 }
 
+/*
+ * The least time from one grace period to the next while records keep
+ * retiring.  Each grace period interrupts every CPU that runs a thread of
+ * the process (liburcu's membarrier), and back to back they came thousands
+ * of times a second under churn; paced, the records of a busy service wait
+ * up to this much longer for reuse instead.
+ */
+#define RECLAIM_PACE_NS	(1000 * 1000)
+
 static void *reclaimer_main(void *arg)
 {
 	struct kairos *k = arg;
@@ -470,8 +479,11 @@ static void *reclaimer_main(void *arg)
 
 		/* The key table follows its count; a kick after inserts asks for it. */
 		key_resize(k);
-		if (reclaim_pass(k))
+		if (reclaim_pass(k)) {
+			/* Only a stop cuts the pause short. */
+			(void)futex_wait32_for(&k->reclaim_stop, 0, RECLAIM_PACE_NS);
 			continue;
+		}
 		if (atomic_load_explicit(&k->reclaim_stop, memory_order_acquire))
 			break;
 		/* Sleeps until a retire or the stop bumps the sequence. */
@@ -490,6 +502,7 @@ int table_reclaimer_start(struct kairos *k)
 void table_reclaimer_stop(struct kairos *k)
 {
 	atomic_store_explicit(&k->reclaim_stop, 1, memory_order_release);
+	futex_wake32(&k->reclaim_stop, 1);
 	table_kick(k);
 	thread_join(k->reclaimer);
 }
