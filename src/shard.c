@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -181,11 +182,66 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 	}
 }
 
-/* Takes the whole inbox into the wheel; false when it was empty. */
+/*
+ * A taken inbox is noted in an array: its first DRAIN_FIXED records in the
+ * shard, the rest in a mapping made for the pass and unmapped after it, so
+ * that a burst of posts leaves no memory behind.  Records are loaded
+ * DRAIN_AHEAD turns before they are taken.
+ */
+#define DRAIN_FIXED	(sizeof(((struct shard *)0)->drain_fixed) / sizeof(struct rec *))
+#define DRAIN_AHEAD	8
+
+/* Slot @i of the taken inbox's array. */
+static inline struct rec **drain_slot(struct shard *s, size_t i)
+{
+	return i < DRAIN_FIXED ? &s->drain_fixed[i] : &s->drain_big[i - DRAIN_FIXED];
+}
+
+/* Room for slot @i; false when the mapping cannot grow. */
+static bool drain_room(struct shard *s, size_t i)
+{
+	size_t cap, bytes;
+	void *p;
+
+	if (i < DRAIN_FIXED + s->drain_big_cap)
+		return true;
+	cap = s->drain_big_cap ? s->drain_big_cap * 2 : 4096 / sizeof(struct rec *) * 16;
+	bytes = cap * sizeof(struct rec *);
+	p = s->drain_big ? mremap(s->drain_big, s->drain_big_cap * sizeof(struct rec *), bytes,
+				  MREMAP_MAYMOVE)
+			 : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				-1, 0);
+	if (p == MAP_FAILED)
+		return false;
+	s->drain_big = p;
+	s->drain_big_cap = cap;
+	return true;
+}
+
+static void drain_unmap(struct shard *s)
+{
+	if (s->drain_big)
+		munmap(s->drain_big, s->drain_big_cap * sizeof(struct rec *));
+	s->drain_big = NULL;
+	s->drain_big_cap = 0;
+}
+
+/*
+ * Takes the whole inbox into the wheel; false when it was empty.
+ *
+ * The inbox is a stack, newest first, and its records are taken oldest
+ * first, so that equal deadlines keep post order.  One walk down the chain
+ * notes the records in an array (each step waits for a record's line: the
+ * chain gives no address ahead of time); the records are then taken from
+ * the end of that array, each one loaded DRAIN_AHEAD turns early.  Where
+ * the array cannot grow, what it does not hold is reversed in place and
+ * taken first, as it is older.
+ */
 static bool inbox_drain(struct shard *s)
 {
-	struct rec *list, *rev = NULL;
+	struct rec *list, *rest = NULL;
 	struct rbundle rb = { 0 };
+	size_t n = 0;
 
 	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed))
 		return false;
@@ -199,21 +255,31 @@ static bool inbox_drain(struct shard *s)
 	atomic_store_explicit(&s->inbox_posts, 0, memory_order_seq_cst);
 	if (atomic_load_explicit(&s->k->ev_waiters, memory_order_seq_cst))
 		service_event(s->k);
-	/* The stack is newest first; reverse it so equal deadlines keep post order. */
+	for (; list; list = rec_link(list)) {
+		if (!drain_room(s, n))
+			break;
+		*drain_slot(s, n++) = list;
+	}
 	while (list) {
 		struct rec *next = rec_link(list);
 
 		/* Atomic like every other access: a stale popper may read it. */
-		rec_link_set(list, rev);
-		rev = list;
+		rec_link_set(list, rest);
+		rest = list;
 		list = next;
 	}
-	while (rev) {
-		struct rec *next = rec_link(rev);
+	while (rest) {
+		struct rec *next = rec_link(rest);
 
-		inbox_one(s, rev, &rb);
-		rev = next;
+		inbox_one(s, rest, &rb);
+		rest = next;
 	}
+	while (n--) {
+		if (n >= DRAIN_AHEAD)
+			__builtin_prefetch(&(*drain_slot(s, n - DRAIN_AHEAD))->state, 1);
+		inbox_one(s, *drain_slot(s, n), &rb);
+	}
+	drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
 	return true;
 }
