@@ -68,7 +68,7 @@
 #include "bench.h"
 #include "internal.h"	/* struct rec and CHUNK_RECS: the bytes a timer should cost */
 
-#define SB_GOAL_N	1000000u	/* the N the goals are set at */
+#define SB_GOAL_N	1000000u	/* the N the goals are set at */
 #define SB_MAX_N	10000000u
 #define SB_EARLIER_PAD	(2 * BENCH_MS)	/* a push-earlier goes this much further */
 #define SB_BLOCK	1024u		/* operations per clock reading in the pushes */

@@ -426,7 +426,7 @@ static const struct bench_queue_ops bq_heap = {
 
 #define WB_SPAN		60000u	/* deadlines U[1, WB_SPAN] ticks ahead */
 #define WB_PUSH		1000u	/* pushes move U[1, WB_PUSH] ticks */
-#define WB_GOAL_N	1000000u	/* the N the goals are set at */
+#define WB_GOAL_N	1000000u	/* the N the goals are set at */
 #define WB_MAX_N	100000000u	/* indices are uint32_t; memory runs out first */
 
 /* Table order.  The phases run in another order: see wb_run_queue(). */
