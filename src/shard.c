@@ -207,12 +207,14 @@ static bool drain_room(struct shard *s, size_t i)
 		return true;
 	cap = s->drain_big_cap ? s->drain_big_cap * 2 : 4096 / sizeof(struct rec *) * 16;
 	bytes = cap * sizeof(struct rec *);
-	p = s->drain_big ? mremap(s->drain_big, s->drain_big_cap * sizeof(struct rec *), bytes,
-				  MREMAP_MAYMOVE)
-			 : mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-				-1, 0);
+	/* A new mapping and a copy, not mremap(), which TSan does not follow. */
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return false;
+	if (s->drain_big) {
+		memcpy(p, s->drain_big, s->drain_big_cap * sizeof(struct rec *));
+		munmap(s->drain_big, s->drain_big_cap * sizeof(struct rec *));
+	}
 	s->drain_big = p;
 	s->drain_big_cap = cap;
 	return true;
