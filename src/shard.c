@@ -184,9 +184,12 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
 
 /*
  * A taken inbox is noted in an array: its first DRAIN_FIXED records in the
- * shard, the rest in a mapping made for the pass and unmapped after it, so
- * that a burst of posts leaves no memory behind.  Records are loaded
- * DRAIN_AHEAD turns before they are taken.
+ * shard, the rest in a mapping that grows as needed.  A pass that finds
+ * the inbox empty, or needs less than an eighth of the mapping, unmaps it,
+ * so that a burst of posts leaves no memory behind, while a steady flow
+ * keeps its mapping (each unmap costs every CPU of the process a TLB
+ * shootdown).  Records are
+ * loaded DRAIN_AHEAD turns before they are taken.
  */
 #define DRAIN_FIXED	(sizeof(((struct shard *)0)->drain_fixed) / sizeof(struct rec *))
 #define DRAIN_AHEAD	8
@@ -245,8 +248,11 @@ static bool inbox_drain(struct shard *s)
 	struct rbundle rb = { 0 };
 	size_t n = 0;
 
-	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed))
+	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) {
+		/* The flow has paused: the mapping goes. */
+		drain_unmap(s);
 		return false;
+	}
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
 	/*
@@ -276,12 +282,14 @@ static bool inbox_drain(struct shard *s)
 		inbox_one(s, rest, &rb);
 		rest = next;
 	}
-	while (n--) {
-		if (n >= DRAIN_AHEAD)
-			__builtin_prefetch(&(*drain_slot(s, n - DRAIN_AHEAD))->state, 1);
-		inbox_one(s, *drain_slot(s, n), &rb);
+	for (size_t i = n; i--;) {
+		if (i >= DRAIN_AHEAD)
+			__builtin_prefetch(&(*drain_slot(s, i - DRAIN_AHEAD))->state, 1);
+		inbox_one(s, *drain_slot(s, i), &rb);
 	}
-	drain_unmap(s);
+	/* A mapping eight times larger than this pass needed goes (see above). */
+	if (n < DRAIN_FIXED + s->drain_big_cap / 8)
+		drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
 	return true;
 }
@@ -702,6 +710,7 @@ void shard_free(struct shard *s)
 		close(s->tfd);
 	close(s->efd);
 	table_free(s);
+	drain_unmap(s);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);
