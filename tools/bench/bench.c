@@ -251,7 +251,8 @@ void bench_row(const struct bench_table *t, const char *const *cells, bool head)
 	const char *p = t->fmt;
 	unsigned int i = 0;
 
-	printf(t->markdown ? "|" : "");
+	if (t->markdown)
+		putchar('|');
 	while (*p) {
 		bool left = p[0] == '%' && p[1] == '-';
 		char *end;
@@ -273,7 +274,8 @@ void bench_row(const struct bench_table *t, const char *const *cells, bool head)
 	printf("\n");
 	if (head && t->markdown) {
 		/* The alignment row: a cell with a width but no '-' is right-aligned. */
-		for (p = t->fmt, printf("|"); (p = strchr(p, '%')); p++)
+		putchar('|');
+		for (p = t->fmt; (p = strchr(p, '%')); p++)
 			printf("%s|", p[1] >= '1' && p[1] <= '9' ? "---:" : "---");
 		printf("\n");
 	}
