@@ -132,14 +132,6 @@ int bench_cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-double bench_median(double *v, size_t n)
-{
-	qsort(v, n, sizeof(*v), bench_cmp_double);
-	if (n % 2)
-		return v[n / 2];
-	return (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 void bench_goal_le(char *buf, size_t len, double goal, double value, bool judged)
 {
 	if (goal <= 0 || !judged)
@@ -196,21 +188,96 @@ void bench_settle(void)
 	bench_settle_until(bench_now_ns() + 3000000000u);
 }
 
-double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs)
+double bench_aggregate(enum bench_agg how, const double *first, size_t stride,
+		       unsigned int runs)
 {
-	double v = 0;
+	double *v, x = 0;
 
 	switch (how) {
 	case BENCH_MAX:
 		for (unsigned int i = 0; i < runs; i++)
-			v = i == 0 || sample[i] > v ? sample[i] : v;
-		return v;
+			x = i == 0 || first[i * stride] > x ? first[i * stride] : x;
+		return x;
 	case BENCH_SUM:
 		for (unsigned int i = 0; i < runs; i++)
-			v += sample[i];
-		return v;
+			x += first[i * stride];
+		return x;
 	default:
-		return bench_median(sample, runs);
+		/* The median, of a sorted copy. */
+		v = bench_alloc(runs * sizeof(*v));
+		for (unsigned int i = 0; i < runs; i++)
+			v[i] = first[i * stride];
+		qsort(v, runs, sizeof(*v), bench_cmp_double);
+		x = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+		free(v);
+		return x;
+	}
+}
+
+void bench_raw_runs(const double *first, size_t stride, unsigned int runs, int width,
+		    int prec, double div)
+{
+	for (unsigned int i = 0; i < runs; i++)
+		printf(" %*.*f", width, prec, first[i * stride] / div);
+	printf("\n");
+}
+
+struct bench_run bench_run_at(int run, unsigned int warmup, unsigned int runs, uint64_t seed,
+			      size_t n)
+{
+	struct bench_run r = { .idx = run < 0 ? (unsigned int)(run + (int)warmup)
+						 : (unsigned int)run };
+
+	snprintf(r.label, sizeof(r.label), "%s %u/%u", run < 0 ? "warm-up" : "run", r.idx + 1,
+		 run < 0 ? warmup : runs);
+	r.seed = rng_next(&(struct rng){ seed }) ^ ((uint64_t)n << 20) ^
+		 (run < 0 ? UINT32_MAX - r.idx : r.idx);
+	return r;
+}
+
+void bench_title(const struct bench_table *t, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf(t->markdown ? "**%s**: " : "%s: ", opt_prog);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf(t->markdown ? "\n\n" : "\n");
+}
+
+void bench_row(const struct bench_table *t, const char *const *cells, bool head)
+{
+	const char *p = t->fmt;
+	unsigned int i = 0;
+
+	if (t->markdown)
+		putchar('|');
+	while (*p) {
+		bool left = p[0] == '%' && p[1] == '-';
+		char *end;
+		long width;
+
+		if (*p != '%') {
+			if (!t->markdown)
+				putchar(*p);
+			p++;
+			continue;
+		}
+		width = strtol(p + 1 + left, &end, 10);
+		p = end + 1;	/* past the 's' */
+		if (t->markdown)
+			printf(" %s |", cells[i++]);
+		else
+			printf("%*s", (int)(left ? -width : width), cells[i++]);
+	}
+	printf("\n");
+	if (head && t->markdown) {
+		/* The alignment row: a cell with a width but no '-' is right-aligned. */
+		putchar('|');
+		for (p = t->fmt; (p = strchr(p, '%')); p++)
+			printf("%s|", p[1] >= '1' && p[1] <= '9' ? "---:" : "---");
+		printf("\n");
 	}
 }
 

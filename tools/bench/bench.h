@@ -186,9 +186,6 @@ void bench_progress_done(void);
 /* qsort() comparison of two int64_t. */
 int bench_cmp_i64(const void *a, const void *b);
 
-/* Median of @n samples; sorts @v in place. */
-double bench_median(double *v, size_t n);
-
 /* How a row's per-run samples become the one number in its table. */
 enum bench_agg {
 	BENCH_MEDIAN,
@@ -196,7 +193,51 @@ enum bench_agg {
 	BENCH_SUM,	/* over all runs: early counts */
 };
 
-double bench_aggregate(enum bench_agg how, double *sample, unsigned int runs);
+/*
+ * Aggregates @runs samples, the first at @first and each next @stride
+ * doubles on (a column of a [run][...] array); the samples are left as
+ * they were.
+ */
+double bench_aggregate(enum bench_agg how, const double *first, size_t stride,
+		       unsigned int runs);
+
+/*
+ * --raw: the samples bench_aggregate() would take, each as " %*.*f" of
+ * the sample over @div, then a newline.
+ */
+void bench_raw_runs(const double *first, size_t stride, unsigned int runs, int width,
+		    int prec, double div);
+
+/*
+ * Run @run of a size: the warm-ups are -warmup .. -1, the timed runs 0 ..
+ * runs - 1.  Each (seed, N, run) draws its own stream, the warm-ups other
+ * streams than the runs'.
+ */
+struct bench_run {
+	unsigned int idx;	/* 0-based among the warm-ups, or among the runs */
+	uint64_t seed;		/* its stream */
+	char label[48];		/* "warm-up 1/1", "run 2/5" */
+};
+
+struct bench_run bench_run_at(int run, unsigned int warmup, unsigned int runs, uint64_t seed,
+			      size_t n);
+
+/*
+ * A table, as text or as markdown.  @fmt is a text row without its
+ * newline, one %s per cell ("%-24s %10s  %-9s %s"); in markdown a row is
+ * "| a | b |".
+ */
+struct bench_table {
+	bool markdown;
+	const char *fmt;
+};
+
+/* "kairos-bench MODE: " and @fmt, on one line; markdown: in bold, then a blank line. */
+__attribute__((format(printf, 2, 3)))
+void bench_title(const struct bench_table *t, const char *fmt, ...);
+
+/* A row of cells; a @head row is followed, in markdown, by the alignment row. */
+void bench_row(const struct bench_table *t, const char *const *cells, bool head);
 
 /*
  * A goal cell: "<= 40 met", "<= 40 MISSED", or "-" when @judged is false or

@@ -1578,7 +1578,6 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 {
 	double (*v)[PB_NIMPL][PB_NROWS] = bench_alloc(s->runs * sizeof(*v));
 	double (*fv)[PB_NFLOORS] = bench_alloc(s->runs * sizeof(*fv));
-	double *sample = bench_alloc(s->runs * sizeof(double));
 	struct pb_floors f;
 	struct pb_lists l;
 
@@ -1586,62 +1585,52 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 	pb_floors_alloc(&f, s->n);
 	s->floor_n = f.n;
 	for (unsigned run = 0; run < s->runs; run++) {
-		struct rng r = { o->b.seed };
-		char label[32];
+		struct bench_run br = bench_run_at((int)run, 0, s->runs, o->b.seed, s->n);
+		struct rng r = { br.seed };	/* the same for every column */
 
-		snprintf(label, sizeof(label), "run %u/%u", run + 1, s->runs);
-		/* Each (seed, N, run) its own stream; the same for every column. */
-		r.s = rng_next(&r) ^ ((uint64_t)s->n << 20) ^ run;
 		pb_lists_fill(&l, &r);
 		/* After the lists, so that they are what they were without floors. */
-		pb_floors_measure(&f, &r, s->n, label, fv[run]);
+		pb_floors_measure(&f, &r, s->n, br.label, fv[run]);
 		/* Rotate who goes first, so that no column always starts a run. */
 		for (size_t k = 0; k < PB_NIMPL; k++) {
 			size_t i = (k + run) % PB_NIMPL;
 
 			if (s->state[i] == PB_OK)
-				pb_measure(pb_impls[i], &l, label, v[run][i]);
+				pb_measure(pb_impls[i], &l, br.label, v[run][i]);
 		}
 	}
 	bench_progress_done();
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (s->state[i] != PB_OK)
 			continue;
-		if (o->b.raw) {
+		if (o->b.raw)
 			printf("kairos-bench peer: N=%zu %s, each run's values\n", s->n,
 			       pb_impls[i]->name);
-			for (int row = 0; row < PB_NROWS; row++) {
+		for (int row = 0; row < PB_NROWS; row++) {
+			if (o->b.raw)
 				printf("%-22s", pb_rows[row].name);
-				for (unsigned run = 0; run < s->runs; run++) {
-					double x = v[run][i][row];
-
-					if (pb_has_row(i, row))
-						printf(" %10.*f", pb_rows[row].prec, x);
-					else
-						printf(" %10s", "n/a");
-				}
+			if (o->b.raw && pb_has_row(i, row)) {
+				bench_raw_runs(&v[0][i][row], PB_NIMPL * PB_NROWS, s->runs, 10,
+					       pb_rows[row].prec, 1);
+			} else if (o->b.raw) {
+				for (unsigned run = 0; run < s->runs; run++)
+					printf(" %10s", "n/a");
 				printf("\n");
 			}
+			s->v[i][row] = bench_aggregate(pb_rows[row].agg, &v[0][i][row],
+						       PB_NIMPL * PB_NROWS, s->runs);
+		}
+		if (o->b.raw)
 			printf("\n");
-		}
-		for (int row = 0; row < PB_NROWS; row++) {
-			for (unsigned run = 0; run < s->runs; run++)
-				sample[run] = v[run][i][row];
-			s->v[i][row] = bench_aggregate(pb_rows[row].agg, sample, s->runs);
-		}
 	}
 	if (o->b.raw)
 		printf("kairos-bench peer: N=%zu floors, each run's values (ns/op)\n", s->n);
 	for (int k = 0; k < PB_NFLOORS; k++) {
-		for (unsigned run = 0; run < s->runs; run++)
-			sample[run] = fv[run][k];
 		if (o->b.raw) {
 			printf("%-44s", pb_floor_names[k]);
-			for (unsigned run = 0; run < s->runs; run++)
-				printf(" %10.1f", sample[run]);
-			printf("\n");
+			bench_raw_runs(&fv[0][k], PB_NFLOORS, s->runs, 10, 1, 1);
 		}
-		s->floor[k] = bench_median(sample, s->runs);
+		s->floor[k] = bench_aggregate(BENCH_MEDIAN, &fv[0][k], PB_NFLOORS, s->runs);
 	}
 	if (o->b.raw)
 		printf("\n");
@@ -1649,7 +1638,6 @@ static void pb_bench_size(const struct pb_opts *o, struct pb_size *s)
 	pb_lists_free(&l);
 	free(v);
 	free(fv);
-	free(sample);
 }
 
 /* One cell: value, and its ratio to kairos's where that means something. */
@@ -1741,47 +1729,32 @@ static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
 
 static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 {
+	char fmt[16 + 8 * PB_NIMPL] = "%-20s %-10s", cell[PB_NIMPL][48];
+	const char *cells[2 + PB_NIMPL] = { "row", "unit" };
+	const struct bench_table t = { o->b.markdown, fmt };
 	bool ratios = s->state[0] == PB_OK;
-	char cell[48];
+	unsigned int nc = 2;
 
-	if (o->b.markdown) {
-		printf("**kairos-bench peer**: N=%zu pending, runs=%u, lateness timers=%u, "
-		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n\n", s->n, s->runs,
-		       s->lat, o->b.seed);
-		printf("| row | unit |");
-		for (size_t i = 0; i < PB_NIMPL; i++)
-			if (pb_column(o, i))
-				printf(" %s |", pb_impls[i]->name);
-		printf("\n|---|---|");
-		for (size_t i = 0; i < PB_NIMPL; i++)
-			if (pb_column(o, i))
-				printf("---:|");
-		printf("\n");
-	} else {
-		printf("kairos-bench peer: N=%zu pending, runs=%u, lateness timers=%u, "
-		       "seed=%" PRIu64 " (medians; (x) = value / kairos's)\n", s->n, s->runs,
-		       s->lat, o->b.seed);
-		printf("%-20s %-10s", "row", "unit");
-		for (size_t i = 0; i < PB_NIMPL; i++)
-			if (pb_column(o, i))
-				printf(" %17s", pb_impls[i]->name);
-		printf("\n");
+	for (size_t i = 0; i < PB_NIMPL; i++) {
+		if (pb_column(o, i)) {
+			strcat(fmt, " %17s");
+			cells[nc++] = pb_impls[i]->name;
+		}
 	}
+	bench_title(&t, "N=%zu pending, runs=%u, lateness timers=%u, seed=%" PRIu64
+		    " (medians; (x) = value / kairos's)", s->n, s->runs, s->lat, o->b.seed);
+	bench_row(&t, cells, true);
 	for (int row = 0; row < PB_NROWS; row++) {
-		if (o->b.markdown)
-			printf("| %s | %s |", pb_rows[row].name, pb_rows[row].unit);
-		else
-			printf("%-20s %-10s", pb_rows[row].name, pb_rows[row].unit);
+		cells[0] = pb_rows[row].name;
+		cells[1] = pb_rows[row].unit;
+		nc = 2;
 		for (size_t i = 0; i < PB_NIMPL; i++) {
 			if (!pb_column(o, i))
 				continue;
-			pb_cell(cell, sizeof(cell), s, i, row, ratios);
-			if (o->b.markdown)
-				printf(" %s |", cell);
-			else
-				printf(" %17s", cell);
+			pb_cell(cell[i], sizeof(cell[i]), s, i, row, ratios);
+			cells[nc++] = cell[i];
 		}
-		printf("\n");
+		bench_row(&t, cells, false);
 	}
 	if (o->b.markdown)
 		printf("\n");

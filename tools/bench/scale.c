@@ -639,7 +639,6 @@ static void sc_run(const struct sc_opts *o)
 {
 	double (*v)[SC_MAX_TLIST][SC_NIMPL] = bench_alloc(o->b.runs * sizeof(*v));
 	double med[SC_NIMPL][SC_MAX_TLIST];
-	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	int one = sc_row_of(o, 1);
 
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
@@ -659,23 +658,20 @@ static void sc_run(const struct sc_opts *o)
 		}
 	}
 	bench_progress_done();
-	if (o->b.raw) {
+	if (o->b.raw)
 		printf("kairos-bench scale: Mcalls/s in each run\n");
-		for (unsigned int ti = 0; ti < o->nthreads; ti++)
-			for (size_t i = 0; i < SC_NIMPL; i++) {
-				printf("T=%-3u %-12s", o->threads[ti], sc_impls[i]->name);
-				for (unsigned int run = 0; run < o->b.runs; run++)
-					printf(" %8.3f", v[run][ti][i] / 1e6);
-				printf("\n");
-			}
-		printf("\n");
-	}
 	for (unsigned int ti = 0; ti < o->nthreads; ti++)
 		for (size_t i = 0; i < SC_NIMPL; i++) {
-			for (unsigned int run = 0; run < o->b.runs; run++)
-				sample[run] = v[run][ti][i];
-			med[i][ti] = bench_median(sample, o->b.runs);
+			if (o->b.raw) {
+				printf("T=%-3u %-12s", o->threads[ti], sc_impls[i]->name);
+				bench_raw_runs(&v[0][ti][i], SC_MAX_TLIST * SC_NIMPL, o->b.runs, 8, 3,
+					       1e6);
+			}
+			med[i][ti] = bench_aggregate(BENCH_MEDIAN, &v[0][ti][i],
+						     SC_MAX_TLIST * SC_NIMPL, o->b.runs);
 		}
+	if (o->b.raw)
+		printf("\n");
 
 	printf("kairos-bench scale: P=%" PRIu64 " timers per thread, shards=%u, %.1f s per "
 	       "measurement, runs=%u, seed=%" PRIu64 " (medians)\n", o->per_thread, o->shards,
@@ -703,7 +699,6 @@ static void sc_run(const struct sc_opts *o)
 	printf("\n");
 	fflush(stdout);
 	free(v);
-	free(sample);
 }
 
 /* ------------------------------------------------------------------------

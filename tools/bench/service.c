@@ -896,27 +896,18 @@ static const char *sb_backend(struct kairos *k, const char **why)
 static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 			   const struct sb_notes *notes, unsigned shards, const char *backend)
 {
-	char goal[32];
+	const struct bench_table t = { o->b.markdown, "%-24s %10s  %-9s %s" };
+	char goal[32], val[32];
 
-	if (o->b.markdown) {
-		printf("**kairos-bench service**: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n\n", n, o->b.runs, o->b.seed, shards, backend);
-		printf("| op | value | unit | goal |\n|---|---:|---|---|\n");
-	} else {
-		printf("kairos-bench service: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n", n, o->b.runs, o->b.seed, shards, backend);
-		printf("%-24s %10s  %-9s %s\n", "op", "value", "unit", "goal");
-	}
+	bench_title(&t, "N=%zu runs=%u seed=%" PRIu64 " shards=%u backend=%s (medians)", n,
+		    o->b.runs, o->b.seed, shards, backend);
+	bench_row(&t, (const char *const[]){ "op", "value", "unit", "goal" }, true);
 	for (int row = 0; row < SB_NROWS; row++) {
 		const struct sb_row_info *ri = &sb_rows[row];
 
 		sb_goal_cell(o, goal, sizeof(goal), row, v[row], n);
-		if (o->b.markdown)
-			printf("| %s | %.*f | %s | %s |\n", ri->name, ri->prec, v[row], ri->unit,
-			       goal);
-		else
-			printf("%-24s %10.*f  %-9s %s\n", ri->name, ri->prec, v[row], ri->unit,
-			       goal);
+		snprintf(val, sizeof(val), "%.*f", ri->prec, v[row]);
+		bench_row(&t, (const char *const[]){ ri->name, val, ri->unit, goal }, false);
 	}
 	if (notes->not_earlier)
 		printf("note: %" PRIu64 " push-earlier ops (of %zu x %u) were not certainly a tick "
@@ -933,22 +924,9 @@ static void sb_print_table(const struct sb_opts *o, size_t n, const double *v,
 	fflush(stdout);
 }
 
-static void sb_print_raw(const struct sb_opts *o, size_t n, double (*v)[SB_NROWS])
-{
-	printf("kairos-bench service: N=%zu, each run's values\n", n);
-	for (int row = 0; row < SB_NROWS; row++) {
-		printf("%-24s", sb_rows[row].name);
-		for (unsigned int run = 0; run < o->b.runs; run++)
-			printf(" %10.*f", sb_rows[row].prec, v[run][row]);
-		printf("\n");
-	}
-	printf("\n");
-}
-
 static void sb_bench_size(const struct sb_opts *o, size_t n)
 {
 	double (*v)[SB_NROWS] = bench_alloc(o->b.runs * sizeof(*v));
-	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	double med[SB_NROWS];
 	struct sb_notes notes = { 0 }, ignored;
 	const char *backend, *why;
@@ -961,36 +939,32 @@ static void sb_bench_size(const struct sb_opts *o, size_t n)
 	sb_destroy(k, 0, "backend");
 
 	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
-					  : (unsigned int)run;
+		struct bench_run br = bench_run_at(run, o->b.warmup, o->b.runs, o->b.seed, n);
 		struct sb_notes *nt = run < 0 ? &ignored : &notes;
+		struct rng r = { br.seed };
 		double one[SB_NROWS] = { 0 };
-		struct rng r = { o->b.seed };
-		char label[48];
 
-		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run", ri + 1,
-			 run < 0 ? o->b.warmup : o->b.runs);
-		/* Each (seed, N, run) its own stream; warm-ups others than the runs'. */
-		r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ (run < 0 ? UINT32_MAX - ri : ri);
 		atomic_store_explicit(&sb_strays, 0, memory_order_relaxed);
-		sb_ops(o, &l, &r, label, one, nt);
-		sb_expiry(o, &l, &r, label, one, nt);
-		sb_held(o, &l, &r, label, one);
+		sb_ops(o, &l, &r, br.label, one, nt);
+		sb_expiry(o, &l, &r, br.label, one, nt);
+		sb_held(o, &l, &r, br.label, one);
 		if (run >= 0)
-			memcpy(v[ri], one, sizeof(one));
+			memcpy(v[br.idx], one, sizeof(one));
 	}
 	bench_progress_done();
-	if (o->b.raw)
-		sb_print_raw(o, n, v);
-	for (int row = 0; row < SB_NROWS; row++) {
-		for (unsigned int run = 0; run < o->b.runs; run++)
-			sample[run] = v[run][row];
-		med[row] = bench_aggregate(sb_rows[row].agg, sample, o->b.runs);
+	if (o->b.raw) {
+		printf("kairos-bench service: N=%zu, each run's values\n", n);
+		for (int row = 0; row < SB_NROWS; row++) {
+			printf("%-24s", sb_rows[row].name);
+			bench_raw_runs(&v[0][row], SB_NROWS, o->b.runs, 10, sb_rows[row].prec, 1);
+		}
+		printf("\n");
 	}
+	for (int row = 0; row < SB_NROWS; row++)
+		med[row] = bench_aggregate(sb_rows[row].agg, &v[0][row], SB_NROWS, o->b.runs);
 	sb_print_table(o, n, med, &notes, o->cfg.shards, backend);
 	sb_lists_free(&l);
 	free(v);
-	free(sample);
 }
 
 /* ------------------------------------------------------------------------
@@ -1072,20 +1046,19 @@ static double sb_scale_once(const struct sb_opts *o, unsigned shards, uint64_t s
 
 static void sb_scaling(const struct sb_opts *o)
 {
-	double *one = bench_alloc(o->b.runs * sizeof(double));
-	double *two = bench_alloc(o->b.runs * sizeof(double));
-	double m1, m2;
+	const struct bench_table t = { o->b.markdown, "%-8s %10s %8s" };
+	double (*v)[2] = bench_alloc(o->b.runs * sizeof(*v));	/* [run][1 shard, 2 shards] */
+	char m[2][16], ratio[16];
+	double x[2];
 
 	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
-					  : (unsigned int)run;
+		struct bench_run br = bench_run_at(run, o->b.warmup, o->b.runs, 0, 0);
 		uint64_t seed = o->b.seed * 1000003u + (uint64_t)(run + 1000) * 64u;
 		double a, b;
 
-		bench_progress("kairos-bench service: 2 shards vs 1, %s %u/%u",
-			       run < 0 ? "warm-up" : "run", ri + 1, run < 0 ? o->b.warmup : o->b.runs);
+		bench_progress("kairos-bench service: 2 shards vs 1, %s", br.label);
 		/* Take turns going first. */
-		if (ri % 2) {
+		if (br.idx % 2) {
 			b = sb_scale_once(o, 2, seed);
 			a = sb_scale_once(o, 1, seed);
 		} else {
@@ -1093,39 +1066,31 @@ static void sb_scaling(const struct sb_opts *o)
 			b = sb_scale_once(o, 2, seed);
 		}
 		if (run >= 0) {
-			one[ri] = a;
-			two[ri] = b;
+			v[br.idx][0] = a;
+			v[br.idx][1] = b;
 		}
 	}
 	bench_progress_done();
 	if (o->b.raw) {
 		printf("kairos-bench service: 2 shards vs 1, Mops/s in each run\n");
-		printf("%-8s", "1 shard");
-		for (unsigned int run = 0; run < o->b.runs; run++)
-			printf(" %8.2f", one[run] / 1e6);
-		printf("\n%-8s", "2 shards");
-		for (unsigned int run = 0; run < o->b.runs; run++)
-			printf(" %8.2f", two[run] / 1e6);
-		printf("\n\n");
+		for (int s = 0; s < 2; s++) {
+			printf("%-8s", s ? "2 shards" : "1 shard");
+			bench_raw_runs(&v[0][s], 2, o->b.runs, 8, 2, 1e6);
+		}
+		printf("\n");
 	}
-	m1 = bench_median(one, o->b.runs) / 1e6;
-	m2 = bench_median(two, o->b.runs) / 1e6;
-	if (o->b.markdown) {
-		printf("**kairos-bench service**: 2 shards vs 1, %u threads arm+cancel, %u pending "
-		       "each, runs=%u (median)\n\n", o->threads, SB_SCALE_WINDOW, o->b.runs);
-		printf("| shards | Mops/s | ratio |\n|---|---:|---:|\n");
-		printf("| 1 | %.2f | 1.00x |\n| 2 | %.2f | %.2fx |\n", m1, m2, m2 / m1);
-	} else {
-		printf("kairos-bench service: 2 shards vs 1, %u threads arm+cancel, %u pending "
-		       "each, runs=%u (median)\n", o->threads, SB_SCALE_WINDOW, o->b.runs);
-		printf("%-8s %10s %8s\n", "shards", "Mops/s", "ratio");
-		printf("%-8u %10.2f %7.2fx\n", 1u, m1, 1.0);
-		printf("%-8u %10.2f %7.2fx\n", 2u, m2, m2 / m1);
+	bench_title(&t, "2 shards vs 1, %u threads arm+cancel, %u pending each, runs=%u (median)",
+		    o->threads, SB_SCALE_WINDOW, o->b.runs);
+	bench_row(&t, (const char *const[]){ "shards", "Mops/s", "ratio" }, true);
+	for (int s = 0; s < 2; s++) {
+		x[s] = bench_aggregate(BENCH_MEDIAN, &v[0][s], 2, o->b.runs) / 1e6;
+		snprintf(m[s], sizeof(m[s]), "%.2f", x[s]);
+		snprintf(ratio, sizeof(ratio), "%.2fx", s ? x[s] / x[0] : 1.0);
+		bench_row(&t, (const char *const[]){ s ? "2" : "1", m[s], ratio }, false);
 	}
 	printf("\n");
 	fflush(stdout);
-	free(one);
-	free(two);
+	free(v);
 }
 
 /* ------------------------------------------------------------------------
@@ -1408,17 +1373,12 @@ static void sk_path_run(const struct sb_opts *o, struct sk_lists *l, struct rng 
 static void sk_print_table(const struct sb_opts *o, size_t n, double (*v)[SK_NROWS],
 			   const char *backend)
 {
-	char idc[32], ratio[32];
+	const struct bench_table t = { o->b.markdown, "%-22s %10s %10s %8s  %s" };
+	char idc[32], keyc[32], ratio[32];
 
-	if (o->b.markdown) {
-		printf("**kairos-bench keys**: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n\n", n, o->b.runs, o->b.seed, o->cfg.shards, backend);
-		printf("| op | id | key | key/id | unit |\n|---|---:|---:|---:|---|\n");
-	} else {
-		printf("kairos-bench keys: N=%zu runs=%u seed=%" PRIu64 " shards=%u "
-		       "backend=%s (medians)\n", n, o->b.runs, o->b.seed, o->cfg.shards, backend);
-		printf("%-22s %10s %10s %8s  %s\n", "op", "id", "key", "key/id", "unit");
-	}
+	bench_title(&t, "N=%zu runs=%u seed=%" PRIu64 " shards=%u backend=%s (medians)", n,
+		    o->b.runs, o->b.seed, o->cfg.shards, backend);
+	bench_row(&t, (const char *const[]){ "op", "id", "key", "key/id", "unit" }, true);
 	for (int row = 0; row < SK_NROWS; row++) {
 		const struct sk_row_info *ri = &sk_rows[row];
 		double a = v[SK_ID][row], b = v[SK_KEY][row];
@@ -1430,12 +1390,8 @@ static void sk_print_table(const struct sb_opts *o, size_t n, double (*v)[SK_NRO
 			snprintf(idc, sizeof(idc), "%.*f", ri->prec, a);
 			snprintf(ratio, sizeof(ratio), "%.2fx", b / a);
 		}
-		if (o->b.markdown)
-			printf("| %s | %s | %.*f | %s | %s |\n", ri->name, idc, ri->prec, b, ratio,
-			       ri->unit);
-		else
-			printf("%-22s %10s %10.*f %8s  %s\n", ri->name, idc, ri->prec, b, ratio,
-			       ri->unit);
+		snprintf(keyc, sizeof(keyc), "%.*f", ri->prec, b);
+		bench_row(&t, (const char *const[]){ ri->name, idc, keyc, ratio, ri->unit }, false);
 	}
 	printf("\n");
 	fflush(stdout);
@@ -1463,46 +1419,35 @@ static void sk_print_raw(const struct sb_opts *o, size_t n, double (*v)[SK_NPATH
 static void sk_bench_size(const struct sb_opts *o, size_t n, const char *backend)
 {
 	double (*v)[SK_NPATHS][SK_NROWS] = bench_alloc(o->b.runs * sizeof(*v));
-	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	double med[SK_NPATHS][SK_NROWS];
 	struct sk_lists l;
 
 	sk_lists_alloc(&l, n);
 	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
-		unsigned int ri = run < 0 ? (unsigned int)(run + (int)o->b.warmup)
-					  : (unsigned int)run;
+		struct bench_run br = bench_run_at(run, o->b.warmup, o->b.runs, o->b.seed, n);
+		struct rng r = { br.seed };	/* the same for both paths */
 		double one[SK_NPATHS][SK_NROWS] = { { 0 } };
-		struct rng r = { o->b.seed };
-		char label[48];
 
-		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run", ri + 1,
-			 run < 0 ? o->b.warmup : o->b.runs);
-		/* Each (seed, N, run) its own stream, the same for both paths. */
-		r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ (run < 0 ? UINT32_MAX - ri : ri);
 		atomic_store_explicit(&sb_strays, 0, memory_order_relaxed);
 		/* Take turns going first, so that a drift of the machine favours neither. */
 		for (int i = 0; i < SK_NPATHS; i++) {
-			enum sk_path p = (enum sk_path)((i + (int)ri) % SK_NPATHS);
+			enum sk_path p = (enum sk_path)((i + (int)br.idx) % SK_NPATHS);
 
-			sk_path_run(o, &l, r, p, label, one[p]);
+			sk_path_run(o, &l, r, p, br.label, one[p]);
 		}
 		if (run >= 0)
-			memcpy(v[ri], one, sizeof(one));
+			memcpy(v[br.idx], one, sizeof(one));
 	}
 	bench_progress_done();
 	if (o->b.raw)
 		sk_print_raw(o, n, v);
-	for (int p = 0; p < SK_NPATHS; p++) {
-		for (int row = 0; row < SK_NROWS; row++) {
-			for (unsigned int run = 0; run < o->b.runs; run++)
-				sample[run] = v[run][p][row];
-			med[p][row] = bench_median(sample, o->b.runs);
-		}
-	}
+	for (int p = 0; p < SK_NPATHS; p++)
+		for (int row = 0; row < SK_NROWS; row++)
+			med[p][row] = bench_aggregate(BENCH_MEDIAN, &v[0][p][row],
+						      SK_NPATHS * SK_NROWS, o->b.runs);
 	sk_print_table(o, n, med, backend);
 	sk_lists_free(&l);
 	free(v);
-	free(sample);
 }
 
 static void sk_print_legend(const struct sb_opts *o, const char *backend, const char *why)

@@ -531,17 +531,15 @@ static uint32_t wb_slack(uint64_t deadline, double pct)
 }
 
 /*
- * Each (seed, N, run) gets its own workload, the same for both structures.
- * The slack takes nothing from the generator, so the deadlines do not
+ * One run's workload from its stream (bench_run_at()), the same for both
+ * structures.  The slack takes nothing from the generator, so the deadlines do not
  * depend on it.
  */
-static void wb_workload_generate(struct wb_workload *wl, uint64_t seed, unsigned int run,
-				 double slack_pct)
+static void wb_workload_generate(struct wb_workload *wl, uint64_t stream, double slack_pct)
 {
-	struct rng r = { seed };
+	struct rng r = { stream };
 	size_t n = wl->n;
 
-	r.s = rng_next(&r) ^ ((uint64_t)n << 20) ^ run;
 	wl->add_sum = 0;
 	wl->pushed_sum = 0;
 
@@ -819,43 +817,37 @@ static double wb_bytes_per_timer(const struct bench_queue_ops *ops, size_t n)
 	return (double)(ops->rec_size + ops->slot_size) + (double)ops->fixed_size / (double)n;
 }
 
-static void wb_print_row(const struct wb_opts *o, const char *op, double a, double b,
-			 int prec, const char *goal)
+static void wb_print_row(const struct bench_table *t, const char *op, double a, double b,
+			 const char *goal)
 {
-	double ratio = b / a;
+	char ac[32], bc[32], ratio[32];
 
-	if (o->b.markdown)
-		printf("| %s | %.*f | %.*f | %.2fx | %s |\n", op, prec, a, prec, b, ratio, goal);
-	else
-		printf("%-15s %9.*f %9.*f %10.2fx  %s\n", op, prec, a, prec, b, ratio, goal);
+	snprintf(ac, sizeof(ac), "%.1f", a);
+	snprintf(bc, sizeof(bc), "%.1f", b);
+	snprintf(ratio, sizeof(ratio), "%.2fx", b / a);
+	bench_row(t, (const char *const[]){ op, ac, bc, ratio, goal }, false);
 }
 
 static void wb_print_table(const struct wb_opts *o, size_t n, double med[WB_NQUEUES][WB_NPHASES])
 {
+	const struct bench_table t = { o->b.markdown, "%-15s %9s %9s %11s  %s" };
 	const char *a = wb_queues[0]->name, *b = wb_queues[1]->name;
 	char goal[32], ratio[32], slack[32] = "";
 
 	if (o->slack_pct > 0)
 		snprintf(slack, sizeof(slack), " slack=%g%%", o->slack_pct);
-	if (o->b.markdown) {
-		printf("**kairos-bench wheel**: N=%zu runs=%u seed=%" PRIu64
-		       "%s (median ns per op)\n\n", n, o->b.runs, o->b.seed, slack);
-		printf("| op | %s | %s | %s/%s | goal |\n", a, b, b, a);
-		printf("|---|---:|---:|---:|---|\n");
-	} else {
-		printf("kairos-bench wheel: N=%zu runs=%u seed=%" PRIu64
-		       "%s (median ns per op)\n", n, o->b.runs, o->b.seed, slack);
-		snprintf(ratio, sizeof(ratio), "%s/%s", b, a);
-		printf("%-15s %9s %9s %11s  %s\n", "op", a, b, ratio, "goal");
-	}
+	bench_title(&t, "N=%zu runs=%u seed=%" PRIu64 "%s (median ns per op)", n, o->b.runs,
+		    o->b.seed, slack);
+	snprintf(ratio, sizeof(ratio), "%s/%s", b, a);
+	bench_row(&t, (const char *const[]){ "op", a, b, ratio, "goal" }, true);
 	for (int p = 0; p < WB_NPHASES; p++) {
 		bench_goal_le(goal, sizeof(goal), wb_phases[p].goal, med[0][p], n == WB_GOAL_N);
-		wb_print_row(o, wb_phases[p].name, med[0][p], med[1][p], 1, goal);
+		wb_print_row(&t, wb_phases[p].name, med[0][p], med[1][p], goal);
 	}
 	bench_goal_le(goal, sizeof(goal), WB_GOAL_BYTES, wb_bytes_per_timer(wb_queues[0], n),
 		      n == WB_GOAL_N);
-	wb_print_row(o, "bytes/timer", wb_bytes_per_timer(wb_queues[0], n),
-		     wb_bytes_per_timer(wb_queues[1], n), 1, goal);
+	wb_print_row(&t, "bytes/timer", wb_bytes_per_timer(wb_queues[0], n),
+		     wb_bytes_per_timer(wb_queues[1], n), goal);
 	printf("\n");
 	fflush(stdout);
 }
@@ -879,28 +871,10 @@ static void wb_print_legend(const struct wb_opts *o)
 	       "chase = one dependent miss per record.\n\n", pre);
 }
 
-/* --raw: every run's numbers, to see the spread behind a median. */
-static void wb_print_raw(const struct wb_opts *o, size_t n,
-			 double (*ns)[WB_NPHASES][WB_NQUEUES])
-{
-	printf("kairos-bench wheel: N=%zu, ns per op in each run (%s first in even runs)\n",
-	       n, wb_queues[0]->name);
-	for (unsigned int qi = 0; qi < WB_NQUEUES; qi++) {
-		for (int p = 0; p < WB_NPHASES; p++) {
-			printf("%-6s %-15s", wb_queues[qi]->name, wb_phases[p].name);
-			for (unsigned int run = 0; run < o->b.runs; run++)
-				printf(" %8.1f", ns[run][p][qi]);
-			printf("\n");
-		}
-	}
-	printf("\n");
-}
-
 static void wb_bench_size(const struct wb_opts *o, size_t n)
 {
 	double (*ns)[WB_NPHASES][WB_NQUEUES];	/* [run][phase][queue] */
 	double med[WB_NQUEUES][WB_NPHASES];
-	double *sample = bench_alloc(o->b.runs * sizeof(double));
 	struct wb_workload wl;
 
 	ns = bench_alloc(o->b.runs * sizeof(*ns));
@@ -912,38 +886,41 @@ static void wb_bench_size(const struct wb_opts *o, size_t n)
 	 * sees.  Runs are numbered from the first timed one.
 	 */
 	for (int run = -(int)o->b.warmup; run < (int)o->b.runs; run++) {
-		unsigned int r = run < 0 ? (unsigned int)(run + (int)o->b.warmup) : (unsigned int)run;
+		struct bench_run br = bench_run_at(run, o->b.warmup, o->b.runs, o->b.seed, n);
 		double one[WB_NPHASES];
-		char label[48];
 
-		snprintf(label, sizeof(label), "%s %u/%u", run < 0 ? "warm-up" : "run",
-			 r + 1, run < 0 ? o->b.warmup : o->b.runs);
-		bench_progress("kairos-bench wheel: N=%zu %s generating workload", n, label);
-		/* Warm-ups use other workloads than the timed runs. */
-		wb_workload_generate(&wl, o->b.seed, run < 0 ? UINT32_MAX - r : r, o->slack_pct);
+		bench_progress("kairos-bench wheel: N=%zu %s generating workload", n, br.label);
+		wb_workload_generate(&wl, br.seed, o->slack_pct);
 		/* Take turns going first, so neither always meets a cold cache. */
 		for (unsigned int k = 0; k < WB_NQUEUES; k++) {
-			unsigned int qi = (r + k) % WB_NQUEUES;
+			unsigned int qi = (br.idx + k) % WB_NQUEUES;
 
-			wb_run_queue(wb_queues[qi], &wl, o, label, one);
+			wb_run_queue(wb_queues[qi], &wl, o, br.label, one);
 			for (int p = 0; p < WB_NPHASES && run >= 0; p++)
-				ns[r][p][qi] = one[p];
+				ns[br.idx][p][qi] = one[p];
 		}
 	}
 	bench_progress_done();
+	/* --raw: every run's numbers, to see the spread behind a median. */
 	if (o->b.raw)
-		wb_print_raw(o, n, ns);
+		printf("kairos-bench wheel: N=%zu, ns per op in each run (%s first in even runs)\n",
+		       n, wb_queues[0]->name);
 	for (unsigned int qi = 0; qi < WB_NQUEUES; qi++) {
 		for (int p = 0; p < WB_NPHASES; p++) {
-			for (unsigned int run = 0; run < o->b.runs; run++)
-				sample[run] = ns[run][p][qi];
-			med[qi][p] = bench_median(sample, o->b.runs);
+			if (o->b.raw) {
+				printf("%-6s %-15s", wb_queues[qi]->name, wb_phases[p].name);
+				bench_raw_runs(&ns[0][p][qi], WB_NPHASES * WB_NQUEUES, o->b.runs, 8,
+					       1, 1);
+			}
+			med[qi][p] = bench_aggregate(BENCH_MEDIAN, &ns[0][p][qi],
+						     WB_NPHASES * WB_NQUEUES, o->b.runs);
 		}
 	}
+	if (o->b.raw)
+		printf("\n");
 	wb_print_table(o, n, med);
 	wb_workload_free(&wl);
 	free(ns);
-	free(sample);
 }
 
 /*

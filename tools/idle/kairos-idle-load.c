@@ -163,11 +163,8 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void die(const char *what, int err)
-{
-	fprintf(stderr, "kairos-idle-load: %s: %s\n", what, strerror(err));
-	exit(2);
-}
+/* A failed setup call: "kairos-idle-load: WHAT: <strerror>", exit 2. */
+#define die(what, err)	opt_fail(what, "%s", strerror(err))
 
 static void fifo_push(struct fifo *f, uint32_t i, uint64_t due)
 {

@@ -113,11 +113,8 @@ static char tag_listen, tag_signal, tag_queue;
 /* The one server; callbacks reach it here (their arg is the connection). */
 static struct server *idle_server;
 
-static void die(const char *what, int err)
-{
-	fprintf(stderr, "kairos-idle-server: %s: %s\n", what, strerror(err));
-	exit(2);
-}
+/* A failed setup call: "kairos-idle-server: WHAT: <strerror>", exit 2. */
+#define die(what, err)	opt_fail(what, "%s", strerror(err))
 
 /* CLOCK_MONOTONIC, the clock of a service created with the defaults. */
 static uint64_t now_ns(void)

@@ -367,15 +367,6 @@ struct progress {
 	struct lsnap *snap;	/* three: all, one-shot, periodic */
 };
 
-static uint64_t sum_ops(const uint64_t ops[A_N])
-{
-	uint64_t n = 0;
-
-	for (unsigned a = 0; a < A_N; a++)
-		n += ops[a];
-	return n;
-}
-
 static uint64_t callbacks_now(void)
 {
 	uint64_t o, p;
@@ -431,7 +422,7 @@ static void progress_line(struct progress *p, uint64_t now)
 	const char *fields[6];
 
 	ops_sum(ops, NULL, NULL);
-	total = sum_ops(ops);
+	total = ops_total(ops);
 	kairos_stats(S.k, &st);
 	late_snapshot(&p->snap[0], &p->snap[1], &p->snap[2]);
 	fmt_count(rate, sizeof(rate), dt > 0 ? (double)(total - p->last_ops) / dt : 0);
@@ -461,13 +452,6 @@ static void progress_line(struct progress *p, uint64_t now)
 	for (unsigned i = 0; i < 6; i++)
 		fprintf(stderr, " %s%s", f[i], i < 5 ? "," : "\n");
 	fflush(stderr);
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
-
-	nanosleep(&ts, NULL);
 }
 
 /* Runs the load for the configured time (or until a signal); returns its length in ns. */

@@ -1334,7 +1334,7 @@ int load_setup(void)
 
 /* ---- the queues' drainers ----------------------------------------------------- */
 
-static void sleep_for(uint64_t ns)
+void sleep_ns(uint64_t ns)
 {
 	struct timespec ts = { (time_t)(ns / NS_PER_S), (long)(ns % NS_PER_S) };
 
@@ -1348,7 +1348,7 @@ static int drainer_failed(struct qdrainer *d, const char *fn, int rc)
 		return rc;
 	violation(V_RC, "queue %u: %s returned %d (%s)", d->no, fn, rc, strerror(-rc));
 	/* Not a loop of failures: the load goes on, the violation stands. */
-	sleep_for(NS_PER_MS);
+	sleep_ns(NS_PER_MS);
 	return rc;
 }
 
@@ -1413,7 +1413,7 @@ static void drainer_poll(struct qdrainer *d, int ms)
 
 	if (pfd.fd < 0) {
 		violation(V_QUEUE, "queue %u: kairos_queue_fd returned %d", d->no, pfd.fd);
-		sleep_for((uint64_t)ms * NS_PER_MS);
+		sleep_ns((uint64_t)ms * NS_PER_MS);
 		return;
 	}
 	d->polls++;
@@ -1432,7 +1432,7 @@ static void drainer_pause(struct qdrainer *d)
 
 	/* Release: what this thread checked before, for an owner that sees it odd. */
 	atomic_store_explicit(&d->pause, p + 1, memory_order_release);
-	sleep_for(len);
+	sleep_ns(len);
 	/* seq_cst: before the next call's accesses. */
 	atomic_store_explicit(&d->pause, p + 2, memory_order_seq_cst);
 	d->pauses++;
@@ -1681,46 +1681,26 @@ void load_final_sweep(void)
 	}
 }
 
+/* Every field of a tally is a count to add up, but the two maxima. */
 void tally_sum(struct tally *out)
 {
-	memset(out, 0, sizeof(*out));
+	uint64_t sum[sizeof(*out) / sizeof(uint64_t)] = { 0 }, one[sizeof(sum) / sizeof(sum[0])];
+
+	_Static_assert(sizeof(sum) == sizeof(*out), "a tally holds uint64_t fields only");
+	for (unsigned i = 0; i < S.cfg.threads; i++) {
+		memcpy(one, &S.th[i].t, sizeof(one));
+		for (size_t k = 0; k < sizeof(sum) / sizeof(sum[0]); k++)
+			sum[k] += one[k];
+	}
+	memcpy(out, sum, sizeof(*out));
+	out->late_pending_max = out->overdue_max = 0;
 	for (unsigned i = 0; i < S.cfg.threads; i++) {
 		const struct tally *t = &S.th[i].t;
 
-		out->arms += t->arms;
-		out->arms_periodic += t->arms_periodic;
-		out->fired += t->fired;
-		out->cancelled += t->cancelled;
-		out->pcancelled += t->pcancelled;
-		out->pstopped += t->pstopped;
-		out->preset += t->preset;
-		out->preset_busy += t->preset_busy;
-		out->drained += t->drained;
-		out->overdue += t->overdue;
-		out->late_pending += t->late_pending;
 		if (t->late_pending_max > out->late_pending_max)
 			out->late_pending_max = t->late_pending_max;
 		if (t->overdue_max > out->overdue_max)
 			out->overdue_max = t->overdue_max;
-		out->checked += t->checked;
-		out->stale += t->stale;
-		out->arms_queue += t->arms_queue;
-		out->qunrun += t->qunrun;
-		out->qwithdrawn += t->qwithdrawn;
-		out->qpaused += t->qpaused;
-		out->qpaused_due += t->qpaused_due;
-		out->qfences += t->qfences;
-		out->karms += t->karms;
-		out->karms_shared += t->karms_shared;
-		out->kcancelled += t->kcancelled;
-		out->kreplaced += t->kreplaced;
-		out->kreplaced_ran += t->kreplaced_ran;
-		out->kstolen += t->kstolen;
-		out->ksettles += t->ksettles;
-		out->kunmeasured += t->kunmeasured;
-		out->kexact += t->kexact;
-		out->kfired += t->kfired;
-		out->kprobes += t->kprobes;
 	}
 }
 
@@ -1742,6 +1722,15 @@ void cb_sum(uint64_t *oneshot, uint64_t *periodic, uint64_t *periods, uint64_t *
 		*periods = c;
 	if (drained)
 		*drained = d;
+}
+
+uint64_t ops_total(const uint64_t ops[A_N])
+{
+	uint64_t n = 0;
+
+	for (unsigned a = 0; a < A_N; a++)
+		n += ops[a];
+	return n;
 }
 
 void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N])

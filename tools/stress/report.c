@@ -293,15 +293,6 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static uint64_t sample_total(const struct sample *s)
-{
-	uint64_t n = 0;
-
-	for (unsigned a = 0; a < A_N; a++)
-		n += s->ops[a];
-	return n;
-}
-
 /* Whole seconds only: the last, partial sample would drag the minimum down. */
 static void print_series(FILE *f)
 {
@@ -313,7 +304,7 @@ static void print_series(FILE *f)
 		return;
 	for (size_t i = 0; i < S.nsamples; i++)
 		if (S.samples[i].dt > 0.9)
-			v[n++] = (uint64_t)((double)sample_total(&S.samples[i]) / S.samples[i].dt);
+			v[n++] = (uint64_t)((double)ops_total(S.samples[i].ops) / S.samples[i].dt);
 	if (n) {
 		qsort(v, n, sizeof(*v), cmp_u64);
 		fmt_count(lo, sizeof(lo), (double)v[0]);
@@ -1006,7 +997,7 @@ int report_json(FILE *f)
 		jw_open(&w, "ops_per_s", '{');
 		for (unsigned a = 0; a < A_N; a++)
 			jw_dbl(&w, api_names[a], (double)s->ops[a] / s->dt);
-		jw_dbl(&w, "all", (double)sample_total(s) / s->dt);
+		jw_dbl(&w, "all", (double)ops_total(s->ops) / s->dt);
 		jw_close(&w, '}');
 		jw_dbl(&w, "callbacks_per_s", (double)s->callbacks / s->dt);
 		jw_u64(&w, "late_pending", s->late_pending);
@@ -1092,7 +1083,7 @@ static int write_plot_data(const char *dir, char *late, char *ops, char *gp, siz
 		fprintf(f, "%.3f", s->t);
 		for (unsigned a = 0; a < A_N; a++)
 			fprintf(f, " %.1f", (double)s->ops[a] / s->dt);
-		fprintf(f, " %.1f\n", (double)sample_total(s) / s->dt);
+		fprintf(f, " %.1f\n", (double)ops_total(s->ops) / s->dt);
 	}
 	if (!S.nsamples) {
 		fprintf(f, "0");

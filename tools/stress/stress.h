@@ -498,6 +498,8 @@ void tally_sum(struct tally *out);
 void cb_sum(uint64_t *oneshot, uint64_t *periodic, uint64_t *periods, uint64_t *drained);
 /* Every load thread's calls into @totals; with @rc, their answers and stale-id calls added. */
 void ops_sum(uint64_t totals[A_N], uint64_t rc[A_N][RC_N], uint64_t stale[A_N]);
+uint64_t ops_total(const uint64_t ops[A_N]);
+void sleep_ns(uint64_t ns);
 
 /* One line of the cross-check of kairos_stats() against the tool's tallies. */
 struct xcheck {
