@@ -659,11 +659,18 @@ extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
  * the service's list (kairos_destroy); the rest is the thread's own.
  */
 #define BUNDLE_RECS	64	/* free records a thread takes from a shard at once */
+#define POST_HINTS	8	/* how far back an arm's record points (tstate.posted) */
 
 struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
+	/*
+	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
+	 * record points at the one POST_HINTS arms back (shard.c, inbox_drain()).
+	 */
+	struct rec *posted[POST_HINTS];
+	unsigned nposted;
 	_Atomic uint64_t armed;		/* single writer: this thread */
 	_Atomic uint64_t cancelled;
 	struct tstate *next, *prev;	/* on k->threads, under k->thr_lock */

@@ -602,6 +602,18 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
 	}
 	if (out)
 		*out = id;
+	/*
+	 * A fresh record's wt.link.prev is unused until the shard files it:
+	 * it carries the record this thread armed POST_HINTS arms ago, which
+	 * the shard, walking its inbox newest first, loads that many steps
+	 * early.  Only a hint: the shard never follows it.
+	 */
+	if (t) {
+		struct rec **back = &t->posted[t->nposted++ % POST_HINTS];
+
+		r->wt.link.prev = *back ? &(*back)->wt.link : NULL;
+		*back = r;
+	}
 	if (shard_post(s, r, tick))
 		*behind = s->index + 1;
 	return 0;

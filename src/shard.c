@@ -236,8 +236,8 @@ static void drain_unmap(struct shard *s)
  *
  * The inbox is a stack, newest first, and its records are taken oldest
  * first, so that equal deadlines keep post order.  One walk down the chain
- * notes the records in an array (each step waits for a record's line: the
- * chain gives no address ahead of time); the records are then taken from
+ * notes the records in an array (each step waits for a record's line,
+ * unless an arm's hint loaded it some steps before); the records are then taken from
  * the end of that array, each one loaded DRAIN_AHEAD turns early.  Where
  * the array cannot grow, what it does not hold is reversed in place and
  * taken first, as it is older.
@@ -266,6 +266,14 @@ static bool inbox_drain(struct shard *s)
 	for (; list; list = rec_link(list)) {
 		if (!drain_room(s, n))
 			break;
+		/*
+		 * A deep inbox is a burst of arms: a fresh arm's hint names a
+		 * record further down (kairos.c, arm()).  A short one is not
+		 * worth it: the shard keeps up, and loading a record that the
+		 * arming thread still holds costs that thread its line.
+		 */
+		if (n >= DRAIN_FIXED)
+			__builtin_prefetch(list->wt.link.prev);
 		*drain_slot(s, n++) = list;
 	}
 	while (list) {
