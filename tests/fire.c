@@ -411,6 +411,68 @@ START_TEST(test_fire_order_across_runs)
 }
 END_TEST
 
+/*
+ * A shard that was held up finds a deep inbox: 20,000 posts, more than its
+ * own array takes, so its walk spills into a mapping that grows twice on
+ * the way.  Timers with one deadline still fire in arm order, each once.
+ * The shard is held in an inline callback while the arms pile up.
+ */
+#define DEEP_N	20000
+
+static _Atomic int hold_in, hold_go;
+static int deep_seen[DEEP_N];
+
+static void t_cb_hold(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+	atomic_store(&hold_in, 1);
+	while (!atomic_load(&hold_go))
+		t_sleep_ms(1);
+}
+
+static void t_cb_deep(void *arg, kairos_id id, int status)
+{
+	(void)id;
+	if (status > 0) {
+		deep_seen[atomic_fetch_add(&order_next, 1)] = (int)(intptr_t)arg;
+		atomic_fetch_add_explicit(&order_done, 1, memory_order_release);
+	}
+}
+
+START_TEST(test_fire_order_deep_inbox)
+{
+	struct kairos_config c = t_cfg(1, 0);
+	struct kairos *k;
+	uint64_t at;
+
+	c.delivery = KAIROS_DELIVER_INLINE;
+	k = t_create(&c);
+	atomic_store(&order_next, 0);
+	atomic_store(&order_done, 0);
+	atomic_store(&hold_in, 0);
+	atomic_store(&hold_go, 0);
+	ck_assert_int_eq(kairos_arm(k, 0, t_cb_hold, NULL, NULL), 0);
+	for (uint64_t end = t_mono() + 10 * T_SEC; !atomic_load(&hold_in) && t_mono() < end;)
+		t_sleep_ms(1);
+	ck_assert(atomic_load(&hold_in));
+	ck_assert_int_eq(kairos_now(k, &at), 0);
+	at += 200 * T_MS;
+	for (int i = 0; i < DEEP_N; i++)
+		ck_assert_int_eq(kairos_arm_at(k, at, t_cb_deep, (void *)(intptr_t)i, NULL), 0);
+	/* All of them wait on the inbox of the held shard. */
+	ck_assert_int_eq(atomic_load(&order_done), 0);
+	atomic_store(&hold_go, 1);
+	for (uint64_t end = t_mono() + 20 * T_SEC; atomic_load(&order_done) < DEEP_N && t_mono() < end;)
+		t_sleep_ms(5);
+	ck_assert_int_eq(atomic_load(&order_done), DEEP_N);
+	for (int i = 0; i < DEEP_N; i++)
+		ck_assert_msg(deep_seen[i] == i, "callback %d ran for timer %d", i, deep_seen[i]);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_fire_inline_basics)
 {
 	enum { N = 500, C = 50 };
@@ -487,6 +549,7 @@ int main(void)
 	tcase_add_test(tc, test_fire_callbacks_arm_and_cancel);
 	tcase_add_test(tc, test_fire_inline_basics);
 	tcase_add_test(tc, test_fire_order_across_runs);
+	tcase_add_test(tc, test_fire_order_deep_inbox);
 	suite_add_tcase(s, tc);
 	return t_main(s, "fire");
 }
