@@ -193,6 +193,7 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
  */
 #define DRAIN_FIXED	(sizeof(((struct shard *)0)->drain_fixed) / sizeof(struct rec *))
 #define DRAIN_AHEAD	8
+#define DRAIN_HINTED	4096	/* an inbox this deep follows arms' hints */
 
 /* Slot @i of the taken inbox's array. */
 static inline struct rec **drain_slot(struct shard *s, size_t i)
@@ -267,12 +268,12 @@ static bool inbox_drain(struct shard *s)
 		if (!drain_room(s, n))
 			break;
 		/*
-		 * A deep inbox is a burst of arms: a fresh arm's hint names a
-		 * record further down (kairos.c, arm()).  A short one is not
-		 * worth it: the shard keeps up, and loading a record that the
-		 * arming thread still holds costs that thread its line.
+		 * Deep in a deep inbox (a burst of arms), a fresh arm's hint
+		 * names a record further down (kairos.c, arm()).  Not nearer
+		 * the top: those records were posted last, and loading them
+		 * early took lines the arming thread was still using.
 		 */
-		if (n >= DRAIN_FIXED)
+		if (n >= DRAIN_HINTED)
 			__builtin_prefetch(list->wt.link.prev);
 		*drain_slot(s, n++) = list;
 	}
