@@ -147,7 +147,8 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb)
 }
 
 /* Makes the wheel agree with one posted record; cancelled ones go to @rb. */
-static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
+static inline __attribute__((always_inline)) void inbox_one(struct shard *s, struct rec *r,
+							   struct rbundle *rb)
 {
 	uint64_t old = timer_take_post(r);
 
@@ -188,31 +189,21 @@ static void inbox_one(struct shard *s, struct rec *r, struct rbundle *rb)
  * the inbox empty, or needs less than an eighth of the mapping, unmaps it,
  * so that a burst of posts leaves no memory behind, while a steady flow
  * keeps its mapping (each unmap costs every CPU of the process a TLB
- * shootdown).  Records are
- * loaded DRAIN_AHEAD turns before they are taken.
+ * shootdown).  Records are loaded DRAIN_AHEAD turns before they are taken.
  */
 #define DRAIN_FIXED	(sizeof(((struct shard *)0)->drain_fixed) / sizeof(struct rec *))
 #define DRAIN_AHEAD	8
 #define DRAIN_HINTED	4096	/* an inbox this deep follows arms' hints */
 
-/* Slot @i of the taken inbox's array. */
-static inline struct rec **drain_slot(struct shard *s, size_t i)
+/* Doubles the mapping (or makes it); false when there is no memory. */
+static bool drain_grow(struct shard *s)
 {
-	return i < DRAIN_FIXED ? &s->drain_fixed[i] : &s->drain_big[i - DRAIN_FIXED];
-}
-
-/* Room for slot @i; false when the mapping cannot grow. */
-static bool drain_room(struct shard *s, size_t i)
-{
-	size_t cap, bytes;
+	size_t cap = s->drain_big_cap ? s->drain_big_cap * 2 : 4096 / sizeof(struct rec *) * 16;
 	void *p;
 
-	if (i < DRAIN_FIXED + s->drain_big_cap)
-		return true;
-	cap = s->drain_big_cap ? s->drain_big_cap * 2 : 4096 / sizeof(struct rec *) * 16;
-	bytes = cap * sizeof(struct rec *);
 	/* A new mapping and a copy, not mremap(), which TSan does not follow. */
-	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = mmap(NULL, cap * sizeof(struct rec *), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return false;
 	if (s->drain_big) {
@@ -232,22 +223,32 @@ static void drain_unmap(struct shard *s)
 	s->drain_big_cap = 0;
 }
 
+/* Takes the @n records of @recs, last (oldest) first. */
+static __attribute__((noinline)) void drain_take(struct shard *s, struct rec **recs, size_t n,
+						 struct rbundle *rb)
+{
+	for (size_t i = n; i--;) {
+		if (i >= DRAIN_AHEAD)
+			__builtin_prefetch(&recs[i - DRAIN_AHEAD]->state, 1);
+		inbox_one(s, recs[i], rb);
+	}
+}
+
 /*
  * Takes the whole inbox into the wheel; false when it was empty.
  *
  * The inbox is a stack, newest first, and its records are taken oldest
  * first, so that equal deadlines keep post order.  One walk down the chain
- * notes the records in an array (each step waits for a record's line,
- * unless an arm's hint loaded it some steps before); the records are then taken from
- * the end of that array, each one loaded DRAIN_AHEAD turns early.  Where
- * the array cannot grow, what it does not hold is reversed in place and
- * taken first, as it is older.
+ * notes the records (each step waits for a record's line, unless an arm's
+ * hint loaded it some steps before); they are then taken from the end, each
+ * one loaded DRAIN_AHEAD turns early.  Where the mapping cannot grow, what
+ * it does not hold is reversed in place and taken first, as it is older.
  */
 static bool inbox_drain(struct shard *s)
 {
 	struct rec *list, *rest = NULL;
 	struct rbundle rb = { 0 };
-	size_t n = 0;
+	size_t n = 0, m = 0;
 
 	if (!atomic_load_explicit(&s->inbox, memory_order_relaxed)) {
 		/* The flow has paused: the mapping goes. */
@@ -264,8 +265,10 @@ static bool inbox_drain(struct shard *s)
 	atomic_store_explicit(&s->inbox_posts, 0, memory_order_seq_cst);
 	if (atomic_load_explicit(&s->k->ev_waiters, memory_order_seq_cst))
 		service_event(s->k);
+	for (; list && n < DRAIN_FIXED; list = rec_link(list))
+		s->drain_fixed[n++] = list;
 	for (; list; list = rec_link(list)) {
-		if (!drain_room(s, n))
+		if (m == s->drain_big_cap && !drain_grow(s))
 			break;
 		/*
 		 * Deep in a deep inbox (a burst of arms), a fresh arm's hint
@@ -273,9 +276,9 @@ static bool inbox_drain(struct shard *s)
 		 * the top: those records were posted last, and loading them
 		 * early took lines the arming thread was still using.
 		 */
-		if (n >= DRAIN_HINTED)
+		if (DRAIN_FIXED + m >= DRAIN_HINTED)
 			__builtin_prefetch(list->wt.link.prev);
-		*drain_slot(s, n++) = list;
+		s->drain_big[m++] = list;
 	}
 	while (list) {
 		struct rec *next = rec_link(list);
@@ -291,13 +294,10 @@ static bool inbox_drain(struct shard *s)
 		inbox_one(s, rest, &rb);
 		rest = next;
 	}
-	for (size_t i = n; i--;) {
-		if (i >= DRAIN_AHEAD)
-			__builtin_prefetch(&(*drain_slot(s, i - DRAIN_AHEAD))->state, 1);
-		inbox_one(s, *drain_slot(s, i), &rb);
-	}
+	drain_take(s, s->drain_big, m, &rb);
+	drain_take(s, s->drain_fixed, n, &rb);
 	/* A mapping eight times larger than this pass needed goes (see above). */
-	if (n < DRAIN_FIXED + s->drain_big_cap / 8)
+	if (m < s->drain_big_cap / 8)
 		drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
 	return true;
