@@ -186,7 +186,7 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 /*
  * A taken inbox is noted in an array: its first DRAIN_FIXED records in the
  * shard, the rest in a mapping that grows as needed.  A pass that finds
- * the inbox empty, or needs less than an eighth of the mapping, unmaps it,
+ * the inbox empty, or needs less than an eighth of a grown mapping, unmaps it,
  * so that a burst of posts leaves no memory behind, while a steady flow
  * keeps its mapping (each unmap costs every CPU of the process a TLB
  * shootdown).  Records are loaded DRAIN_AHEAD turns before they are taken.
@@ -194,11 +194,12 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 #define DRAIN_FIXED	(sizeof(((struct shard *)0)->drain_fixed) / sizeof(struct rec *))
 #define DRAIN_AHEAD	8
 #define DRAIN_HINTED	4096	/* an inbox this deep follows arms' hints */
+#define DRAIN_MAP_MIN	(16 * 4096 / sizeof(struct rec *))	/* the first mapping's slots */
 
 /* Doubles the mapping (or makes it); false when there is no memory. */
 static bool drain_grow(struct shard *s)
 {
-	size_t cap = s->drain_big_cap ? s->drain_big_cap * 2 : 4096 / sizeof(struct rec *) * 16;
+	size_t cap = s->drain_big_cap ? s->drain_big_cap * 2 : DRAIN_MAP_MIN;
 	void *p;
 
 	/* A new mapping and a copy, not mremap(), which TSan does not follow. */
@@ -296,8 +297,8 @@ static bool inbox_drain(struct shard *s)
 	}
 	drain_take(s, s->drain_big, m, &rb);
 	drain_take(s, s->drain_fixed, n, &rb);
-	/* A mapping eight times larger than this pass needed goes (see above). */
-	if (m < s->drain_big_cap / 8)
+	/* A grown mapping eight times larger than this pass needed goes. */
+	if (s->drain_big_cap > DRAIN_MAP_MIN && m < s->drain_big_cap / 8)
 		drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
 	return true;

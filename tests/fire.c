@@ -412,12 +412,12 @@ START_TEST(test_fire_order_across_runs)
 END_TEST
 
 /*
- * A shard that was held up finds a deep inbox: 20,000 posts, more than its
+ * A shard that was held up finds a deep inbox: 30,000 posts, more than its
  * own array takes, so its walk spills into a mapping that grows twice on
  * the way.  Timers with one deadline still fire in arm order, each once.
  * The shard is held in an inline callback while the arms pile up.
  */
-#define DEEP_N	20000
+#define DEEP_N	30000
 
 static _Atomic int hold_in, hold_go;
 static int deep_seen[DEEP_N];
