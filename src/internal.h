@@ -487,9 +487,12 @@ struct shard {
 	const struct backend_ops *ops;
 	void *backend;			/* the io_uring backend's own state */
 	struct rec *deferred;		/* due records a resetter or post holds */
-	/* A taken inbox, newest first (shard.c): the first DRAIN_FIXED here. */
+	/*
+	 * A taken inbox, newest first (shard.c): its first DRAIN_FIXED records
+	 * here, the rest in a mapping kept while posts keep coming.
+	 */
 	struct rec *drain_fixed[256];
-	struct rec **drain_big;		/* the rest, mapped for one pass */
+	struct rec **drain_big;
 	size_t drain_big_cap;
 	struct rec *dfirst, *dlast;	/* the run being filled, for the workers */
 	size_t dlen;			/* records in it */

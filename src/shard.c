@@ -185,8 +185,8 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 
 /*
  * A taken inbox is noted in an array: its first DRAIN_FIXED records in the
- * shard, the rest in a mapping that grows as needed.  A pass that finds
- * the inbox empty, or needs less than an eighth of a grown mapping, unmaps it,
+ * shard, the rest in a mapping that grows as needed.  A pass that finds the
+ * inbox empty, or needs less than an eighth of a grown mapping, unmaps it,
  * so that a burst of posts leaves no memory behind, while a steady flow
  * keeps its mapping (each unmap costs every CPU of the process a TLB
  * shootdown).  Records are loaded DRAIN_AHEAD turns before they are taken.
