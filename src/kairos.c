@@ -743,11 +743,9 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 			 out);
 }
 
-/* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
-static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uint64_t *state)
+/* @r (from table_lookup(), or NULL) if it is @id's record alive, else NULL. */
+static struct rec *lookup_rec(struct rec *r, kairos_id id, uint64_t *state)
 {
-	struct rec *r = table_lookup(k, id, sp);
-
 	if (!r)
 		return NULL;
 	/* Acquire pairs with the release of every state transition. */
@@ -755,6 +753,12 @@ static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uin
 	if (st_gen(*state) != id_gen(id))
 		return NULL;
 	return r;
+}
+
+/* Looks @id up; NULL (the caller says -ENOENT) when it names no live record. */
+static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uint64_t *state)
+{
+	return lookup_rec(table_lookup(k, id, sp), id, state);
 }
 
 /*
@@ -914,26 +918,31 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	return -EBUSY;
 }
 
-/* Starts loading the record @id names, if any; reads nothing it names. */
-static void prefetch_rec(struct kairos *k, kairos_id id)
+/*
+ * table_lookup(), and starts loading the record found, if any; reads
+ * nothing in it.
+ */
+static struct rec *prefetch_rec(struct kairos *k, kairos_id id, struct shard **sp)
 {
-	struct shard *s;
-	struct rec *r = table_lookup(k, id, &s);
+	struct rec *r = table_lookup(k, id, sp);
 
 	if (r)
 		__builtin_prefetch(&r->state, 1);
+	return r;
 }
 
-/* Moves timer @id's deadline to the absolute @deadline_ns. */
-static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
+/*
+ * Moves timer @id's deadline to the absolute @deadline_ns; @r and @s are
+ * what table_lookup() gave for @id (@r NULL: no such record).
+ */
+static int reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r,
+		     uint64_t deadline_ns)
 {
 	uint64_t tick, held, was;
-	struct shard *s;
-	struct rec *r;
 	bool periodic, earlier, parked;
 	int rc;
 
-	r = lookup(k, id, &s, &held);
+	r = lookup_rec(r, id, &held);
 	if (!r)
 		return -ENOENT;
 	/* Take the record: PENDING -> RESETTING, so no one fires it meanwhile. */
@@ -972,8 +981,19 @@ static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 	return 0;
 }
 
+/* Moves timer @id's deadline to the absolute @deadline_ns. */
+static int reset(struct kairos *k, kairos_id id, uint64_t deadline_ns)
+{
+	struct shard *s = NULL;
+	struct rec *r = table_lookup(k, id, &s);
+
+	return reset_rec(k, id, s, r, deadline_ns);
+}
+
 KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns)
 {
+	struct shard *s = NULL;
+	struct rec *r;
 	uint64_t deadline_ns;
 	int rc;
 
@@ -984,11 +1004,11 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	 * The record loads while the clock is read: the read waits for the
 	 * loads ahead of it (its counter read is ordered), not for a prefetch.
 	 */
-	prefetch_rec(k, id);
+	r = prefetch_rec(k, id, &s);
 	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
 		rc = -EOVERFLOW;
 	else
-		rc = reset(k, id, deadline_ns);
+		rc = reset_rec(k, id, s, r, deadline_ns);
 	service_leave();
 	return rc;
 }
@@ -1016,6 +1036,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 				 uint64_t delay_ns, int *results)
 {
 	uint64_t deadline_ns;
+	struct shard *s;
 	int rc, moved = 0;
 
 	if (!k)
@@ -1033,12 +1054,12 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 		goto out;
 	}
 	for (unsigned i = 0; i < n && i < RESET_AHEAD; i++)
-		prefetch_rec(k, ids[i]);
+		(void)prefetch_rec(k, ids[i], &s);
 	for (unsigned i = 0; i < n; i++) {
 		int one;
 
 		if (i + RESET_AHEAD < n)
-			prefetch_rec(k, ids[i + RESET_AHEAD]);
+			(void)prefetch_rec(k, ids[i + RESET_AHEAD], &s);
 		one = ids[i] ? reset(k, ids[i], deadline_ns) : -EINVAL;
 		moved += one == 0;
 		if (results)
