@@ -721,6 +721,7 @@ void shard_free(struct shard *s)
 	close(s->efd);
 	table_free(s);
 	drain_unmap(s);
+	wheel_fini(&s->wheel);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);

@@ -68,10 +68,34 @@
  *   the list is re-filed when the counter reaches the block of its earliest
  *   record, so a jump across many blocks costs one pass, not one per block.
  * The level range is how far ahead a record can be when filed there.
+ *
+ * Visiting a slot: the log
+ * ------------------------
+ * A visit walks the slot's list, and a list is a chain of dependent loads:
+ * the next record's address is in the record before, so on a large wheel
+ * each record of the walk is a cache miss that waits for the one before
+ * (about the cost of the "chase" floor in kairos-bench wheel).  An exact
+ * timer 30 s out is walked three times on its way down.  So each slot also
+ * keeps a log of the addresses of the records filed in it, in filing
+ * order, and the visit prefetches WHEEL_LOG_AHEAD entries ahead of the
+ * record in hand: the misses overlap instead of queueing.
+ *
+ * The log is only a hint, never a second copy of the truth.  Taking a
+ * record out leaves its entry stale (finding it would cost the miss the
+ * log is there to hide); the walk skips stale entries by matching each
+ * record against the log.  That works because the list's records appear
+ * in the log in list order, both appended at the tail, so the match never
+ * runs ahead of the record's true entry.  An entry keeps the address's low
+ * 32 bits and borrows the high ones from the record in hand: records of
+ * one owner lie far closer together than 4 GiB, and a wrong prefetch costs
+ * nothing but the prefetch.  A log stops (until its slot empties or is
+ * visited) when it cannot grow or when growing it would leave more than
+ * half its entries stale; then the rest of that visit walks unhinted.
  */
 #include "wheel.h"
 
 #include <errno.h>
+#include <stdlib.h>
 
 #define WHEEL_MASK	((uint64_t)WHEEL_SLOTS - 1)
 /* Ticks covered by all levels together: 2^48. */
@@ -100,6 +124,108 @@ static inline void link_unlink(struct wheel_link *l)
 {
 	l->prev->next = l->next;
 	l->next->prev = l->prev;
+}
+
+/* Entries the visit prefetches ahead of the record in hand. */
+#define WHEEL_LOG_AHEAD		16
+/* How far the visit looks for the record in hand among stale entries. */
+#define WHEEL_LOG_WINDOW	16
+/* Entries of a first log; and the stale entries a log may hold past half its length. */
+#define WHEEL_LOG_MIN		16u
+
+static inline uint32_t log_key(const struct wheel_timer *t)
+{
+	return (uint32_t)(uintptr_t)t;
+}
+
+/* In a log's stale word: the log stopped; it is used as far as it goes. */
+#define WHEEL_LOG_STOP		(UINT32_C(1) << 31)
+
+/*
+ * Makes room for one more entry in @lg (whose stale word is *@stale);
+ * false when the log stops instead: it cannot grow, or more than half of it
+ * would be stale.  A stopped log is still right as far as it goes: the
+ * records filed after it stopped are all behind its last entry's.
+ */
+static bool log_grow(struct wheel_log *lg, uint32_t *stale)
+{
+	uint32_t cap = lg->cap ? lg->cap * 2 : WHEEL_LOG_MIN;
+	uint32_t *ent;
+
+	if (*stale & WHEEL_LOG_STOP)
+		return false;
+	if (*stale > lg->len / 2 + WHEEL_LOG_MIN || cap <= lg->cap)
+		goto stop;
+	ent = realloc(lg->ent, (size_t)cap * sizeof(*ent));
+	if (!ent)
+		goto stop;
+	lg->ent = ent;
+	lg->cap = cap;
+	return true;
+stop:
+	*stale |= WHEEL_LOG_STOP;
+	return false;
+}
+
+/* Notes @t as appended to the list of @lg. */
+static inline void log_add(struct wheel_log *lg, uint32_t *stale, const struct wheel_timer *t)
+{
+	if (__builtin_expect(lg->len == lg->cap, 0) && !log_grow(lg, stale))
+		return;
+	lg->ent[lg->len++] = log_key(t);
+}
+
+/* Notes that a record left the list of @lg, which still holds others. */
+static inline void log_stale(uint32_t *stale)
+{
+	if (!(*stale & WHEEL_LOG_STOP))
+		++*stale;
+}
+
+/* Empties @lg, freeing its memory if far larger than @used of it. */
+static void log_reset(struct wheel_log *lg, uint32_t *stale, uint32_t used)
+{
+	if (lg->cap > WHEEL_LOG_MIN && used < lg->cap / 8) {
+		free(lg->ent);
+		lg->ent = NULL;
+		lg->cap = 0;
+	}
+	lg->len = 0;
+	*stale = 0;
+}
+
+/* Starts loading the record whose log entry is @key, near @near in memory. */
+static inline void log_prefetch(const void *near, uint32_t key)
+{
+	uintptr_t hi = (uintptr_t)near & ~(uintptr_t)UINT32_MAX;
+
+	__builtin_prefetch((const void *)(hi | key), 1);
+}
+
+/*
+ * One step of a walk down a list with the first @len entries of its log
+ * @ent: *@at is the entry after the last one matched, *@pf the next entry to
+ * prefetch.  Moves *@at past the entry of @t, the record in hand (or by a
+ * window, when it is not found there: it was not logged, or stale entries
+ * crowd it), and prefetches up to WHEEL_LOG_AHEAD entries past it.
+ */
+static inline void log_follow(const uint32_t *ent, uint32_t len, uint32_t *at, uint32_t *pf,
+			      const struct wheel_timer *t)
+{
+	uint32_t key = log_key(t), i = *at, stop = i + WHEEL_LOG_WINDOW, p = *pf;
+
+	if (i >= len)
+		return;
+	if (stop > len)
+		stop = len;
+	while (i < stop && ent[i] != key)
+		i++;
+	if (i < stop)
+		i++;
+	while (p < len && p < i + WHEEL_LOG_AHEAD)
+		log_prefetch(t, ent[p++]);
+	*at = i;
+	*pf = p;
 }
 
 static inline struct wheel_timer *link_timer(struct wheel_link *l)
@@ -189,13 +315,35 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->count = 0;
 	w->ndue = 0;
 	link_init(&w->due);
+	w->due_log = (struct wheel_log){ 0 };
+	w->due_stale = 0;
+	w->due_at = 0;
+	w->due_pf = 0;
 	link_init(&w->overflow);
 	w->overflow_visit = UINT64_MAX;
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
 		w->occupied[g] = 0;
-		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
 			link_init(&w->slot[g][s]);
+			w->log[g][s] = (struct wheel_log){ 0 };
+			w->log_stale[g][s] = 0;
+		}
 	}
+}
+
+void wheel_fini(struct wheel *w)
+{
+	if (!w)
+		return;
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
+			free(w->log[g][s].ent);
+			w->log[g][s] = (struct wheel_log){ 0 };
+			w->log_stale[g][s] = 0;
+		}
+	}
+	free(w->due_log.ent);
+	w->due_log = (struct wheel_log){ 0 };
 }
 
 void wheel_timer_init(struct wheel_timer *t)
@@ -208,15 +356,40 @@ void wheel_timer_init(struct wheel_timer *t)
 	t->flags = 0;
 }
 
+size_t wheel_log_bytes(const struct wheel *w)
+{
+	size_t bytes = 0;
+
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++)
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
+			bytes += (size_t)w->log[g][s].cap * sizeof(*w->log[g][s].ent);
+	return bytes;
+}
+
+/* Appends @t to the due list. */
+static inline void make_due(struct wheel *w, struct wheel_timer *t)
+{
+	t->where = WHEEL_DUE;
+	link_append(&w->due, &t->link);
+	log_add(&w->due_log, &w->due_stale, t);
+	w->ndue++;
+}
+
+/* The due list emptied: its log starts afresh. */
+static inline void due_reset(struct wheel *w, uint32_t used)
+{
+	log_reset(&w->due_log, &w->due_stale, used);
+	w->due_at = 0;
+	w->due_pf = 0;
+}
+
 /* Links @t for fire tick @fire, relative to the current tick; not counted. */
 static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
 {
 	unsigned g, s;
 
 	if (fire <= w->curr) {
-		t->where = WHEEL_DUE;
-		link_append(&w->due, &t->link);
-		w->ndue++;
+		make_due(w, t);
 		return;
 	}
 	g = diff_level(fire, w->curr);
@@ -236,6 +409,7 @@ static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
 	s = (unsigned)(fire >> (WHEEL_BITS * g)) & WHEEL_MASK;
 	t->where = (uint16_t)(1 + g * WHEEL_SLOTS + s);
 	link_append(&w->slot[g][s], &t->link);
+	log_add(&w->log[g][s], &w->log_stale[g][s], t);
 	w->occupied[g] |= UINT64_C(1) << s;
 }
 
@@ -246,12 +420,20 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 
 	link_unlink(&t->link);
 	if (where == WHEEL_DUE) {
-		w->ndue--;
+		if (--w->ndue == 0)
+			due_reset(w, w->due_log.len);
+		else
+			log_stale(&w->due_stale);
 	} else if (where != WHEEL_OVERFLOW) {
 		unsigned g = level_of(where), s = slot_of(where);
 
-		if (link_empty(&w->slot[g][s]))
+		if (link_empty(&w->slot[g][s])) {
 			w->occupied[g] &= ~(UINT64_C(1) << s);
+			/* Starts afresh. */
+			log_reset(&w->log[g][s], &w->log_stale[g][s], w->log[g][s].len);
+		} else {
+			log_stale(&w->log_stale[g][s]);
+		}
 	}
 }
 
@@ -344,11 +526,21 @@ int wheel_refresh(struct wheel *w, struct wheel_timer *t)
 	return 0;
 }
 
-/* Visits a slot list at the current tick: fire what is due, re-file the rest. */
-static uint64_t visit_list(struct wheel *w, struct wheel_link *head)
+/*
+ * Visits a slot list at the current tick: fire what is due, re-file the
+ * rest; or, with @flush, make every record due whatever its fire tick.
+ * @lg is the slot's log (NULL for the overflow list), which the caller
+ * empties afterwards; nothing is filed back into the slot being visited (a
+ * record re-files to a lower level, or to a later slot of its own level
+ * when pushed there in place), so its entries stay put during the walk.
+ */
+static uint64_t visit_list(struct wheel *w, struct wheel_link *head, struct wheel_log *lg,
+			   bool flush)
 {
 	struct wheel_link *l, *next, *end = head->prev;
 	uint64_t ndue = w->ndue;
+	const uint32_t *ent = lg ? lg->ent : NULL;
+	uint32_t len = lg ? lg->len : 0, at = 0, pf = 0;
 
 	if (link_empty(head))
 		return 0;
@@ -356,14 +548,17 @@ static uint64_t visit_list(struct wheel *w, struct wheel_link *head)
 	link_init(head);
 	/*
 	 * Walk the detached chain without unlinking node by node (file()
-	 * rewrites each node's links anyway), and start the next node's cache
-	 * miss before this one is re-filed: records are scattered, so the
-	 * walk is a chain of misses otherwise.
+	 * rewrites each node's links anyway), prefetching from the log.
 	 */
 	for (;;) {
+		struct wheel_timer *t = link_timer(l);
+
+		log_follow(ent, len, &at, &pf, t);
 		next = l->next;
-		__builtin_prefetch(next, 1);
-		file(w, link_timer(l), timer_fire(link_timer(l)));
+		if (flush)
+			make_due(w, t);
+		else
+			file(w, t, timer_fire(t));
 		if (l == end)
 			break;
 		l = next;
@@ -410,28 +605,16 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 		if (g == WHEEL_LEVELS) {
 			/* Re-filing recomputes the bound from what stays. */
 			w->overflow_visit = UINT64_MAX;
-			fired += visit_list(w, &w->overflow);
+			fired += visit_list(w, &w->overflow, NULL, false);
 		} else {
 			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
 
 			w->occupied[g] &= ~(UINT64_C(1) << s);
-			fired += visit_list(w, &w->slot[g][s]);
+			fired += visit_list(w, &w->slot[g][s], &w->log[g][s], false);
+			log_reset(&w->log[g][s], &w->log_stale[g][s], w->log[g][s].len);
 		}
 	}
 	return fired;
-}
-
-/* Moves a whole list to the tail of the due list, marking each record due. */
-static void flush_list(struct wheel *w, struct wheel_link *head)
-{
-	while (!link_empty(head)) {
-		struct wheel_timer *t = link_timer(head->next);
-
-		link_unlink(&t->link);
-		t->where = WHEEL_DUE;
-		link_append(&w->due, &t->link);
-		w->ndue++;
-	}
 }
 
 void wheel_flush(struct wheel *w)
@@ -441,10 +624,11 @@ void wheel_flush(struct wheel *w)
 			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
 
 			w->occupied[g] &= ~(UINT64_C(1) << s);
-			flush_list(w, &w->slot[g][s]);
+			visit_list(w, &w->slot[g][s], &w->log[g][s], true);
+			log_reset(&w->log[g][s], &w->log_stale[g][s], 0);
 		}
 	}
-	flush_list(w, &w->overflow);
+	visit_list(w, &w->overflow, NULL, true);
 	w->overflow_visit = UINT64_MAX;
 }
 
@@ -455,9 +639,11 @@ struct wheel_timer *wheel_pop(struct wheel *w)
 	if (link_empty(&w->due))
 		return NULL;
 	t = link_timer(w->due.next);
+	log_follow(w->due_log.ent, w->due_log.len, &w->due_at, &w->due_pf, t);
 	link_unlink(&t->link);
 	t->where = WHEEL_NONE;
-	w->ndue--;
+	if (--w->ndue == 0)
+		due_reset(w, w->due_log.len);
 	w->count--;
 	return t;
 }
@@ -499,6 +685,62 @@ static bool check_fire(const struct wheel_check_ops *ops, const struct wheel_tim
 	return true;
 }
 
+/*
+ * Checks a slot's log against its list of @n records.  While the log has not
+ * stopped, every record filed since the slot was last empty left an entry
+ * and every one taken out left a stale one, and the list's records appear
+ * in it in list order (what the visit's matching relies on to stay behind
+ * the true entry).
+ */
+/* Whether the records of the list @head appear in @lg from entry @at on, in list order. */
+static bool check_log_order(const struct wheel_log *lg, const struct wheel_link *head, uint32_t at)
+{
+	for (const struct wheel_link *l = head->next; l != head; l = l->next) {
+		uint32_t key = log_key(link_timer((struct wheel_link *)l));
+
+		while (at < lg->len && lg->ent[at] != key)
+			at++;
+		if (at == lg->len)
+			return false;
+		at++;
+	}
+	return true;
+}
+
+static const char *check_log(const struct wheel *w, unsigned g, unsigned s, uint64_t n)
+{
+	const struct wheel_log *lg = &w->log[g][s];
+	uint32_t stale = w->log_stale[g][s];
+
+	if (lg->len > lg->cap || (lg->cap && !lg->ent))
+		return "slot log longer than its memory";
+	if (!n && (lg->len || stale))
+		return "empty slot with a log";
+	if (stale & WHEEL_LOG_STOP)
+		return NULL;
+	if (lg->len != n + stale)
+		return "slot log's length is not its records plus its stale entries";
+	if (!check_log_order(lg, &w->slot[g][s], 0))
+		return "record missing from its slot's log (or out of list order)";
+	return NULL;
+}
+
+/* The due list's log: the pops' place in it, and the records still due after it. */
+static const char *check_due_log(const struct wheel *w)
+{
+	const struct wheel_log *lg = &w->due_log;
+
+	if (lg->len > lg->cap || (lg->cap && !lg->ent))
+		return "due log longer than its memory";
+	if (w->due_at > lg->len || w->due_pf > lg->len)
+		return "pops' place beyond the due log";
+	if (!w->ndue && (lg->len || w->due_stale || w->due_at))
+		return "empty due list with a log";
+	if (!(w->due_stale & WHEEL_LOG_STOP) && !check_log_order(lg, &w->due, w->due_at))
+		return "due record missing from the due log after the pops' place";
+	return NULL;
+}
+
 static const char *check_slot(const struct wheel *w, const struct wheel_check_ops *ops,
 			      unsigned g, unsigned s, uint64_t *n)
 {
@@ -512,6 +754,9 @@ static const char *check_slot(const struct wheel *w, const struct wheel_check_op
 		return why;
 	if (bit != (*n != 0))
 		return "occupancy bit disagrees with the slot's list";
+	why = check_log(w, g, s, *n);
+	if (why)
+		return why;
 	if (!*n)
 		return NULL;
 	if (s <= ((w->curr >> (WHEEL_BITS * g)) & WHEEL_MASK))
@@ -562,6 +807,8 @@ int wheel_check_with(const struct wheel *w, const struct wheel_check_ops *ops, c
 		if (n != w->ndue)
 			bad = "due count disagrees with the due list";
 	}
+	if (!bad)
+		bad = check_due_log(w);
 	/*
 	 * An owner that lets other threads store later deadlines (@ops) may find
 	 * one on the due list: it re-checks every due record before firing it,

@@ -5,7 +5,10 @@
  * The wheel is single-threaded, does no I/O and reads no clock: every
  * function that needs the time takes it as an argument, in ticks.  Records
  * (struct wheel_timer) are owned by the caller, usually embedded in a
- * larger object, and linked intrusively; the wheel never allocates.
+ * larger object, and linked intrusively.  The lists never allocate; the
+ * only memory the wheel allocates is each slot's log of where its records
+ * are, a prefetch hint (wheel.c), and a log that cannot grow only makes
+ * that slot's visit slower: no call fails for want of memory.
  *
  * Context: all functions must be called by the one thread that owns the
  * wheel (or under a lock the caller holds).  None of them blocks.
@@ -53,21 +56,43 @@ struct wheel_timer {
 	uint16_t flags;		/* the user's: the wheel never reads or writes it */
 };
 
+/*
+ * A slot's log: the low 32 bits of the address of each record filed in the
+ * slot, in filing order, stale entries (records since taken out) included.
+ * Only a hint for prefetching when the slot is visited: see wheel.c.
+ */
+struct wheel_log {
+	uint32_t *ent;
+	uint32_t len, cap;
+};
+
 struct wheel {
 	uint64_t curr;			/* every fire tick <= curr has been expired */
 	uint64_t count;			/* records in the wheel, due list included */
 	uint64_t ndue;			/* records on the due list */
 	uint64_t occupied[WHEEL_LEVELS];	/* bit s set iff slot[level][s] is non-empty */
 	struct wheel_link due;		/* expired records in firing order */
+	struct wheel_log due_log;	/* the due list's log (a slot's, for pops) */
+	uint32_t due_stale;		/* its stale word */
+	uint32_t due_at, due_pf;	/* pops' place in it: matched, prefetched */
 	struct wheel_link overflow;
 	uint64_t overflow_visit;	/* first tick of the earliest 2^48 block
 					 * an overflow record fires in (a lower
 					 * bound); UINT64_MAX when none */
 	struct wheel_link slot[WHEEL_LEVELS][WHEEL_SLOTS];
+	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
+	/* Per slot: its log's stale entries; WHEEL_LOG_STOP once it stopped. */
+	uint32_t log_stale[WHEEL_LEVELS][WHEEL_SLOTS];
 };
 
-/* Sets up an empty wheel whose current tick is @now. */
+/* Sets up an empty wheel whose current tick is @now.  Allocates nothing. */
 void wheel_init(struct wheel *w, uint64_t now);
+
+/*
+ * wheel_fini - frees the slots' logs.  The records still in the wheel are
+ * the owner's, untouched; the wheel must be set up again before any use.
+ */
+void wheel_fini(struct wheel *w);
 
 /* Marks @t as in no wheel (the same as zero-filling it). */
 void wheel_timer_init(struct wheel_timer *t);
@@ -164,6 +189,9 @@ struct wheel_timer *wheel_pop(struct wheel *w);
  * becoming due; it is never later than the earliest fire tick.
  */
 uint64_t wheel_next(const struct wheel *w);
+
+/* Bytes the slots' logs hold now (their capacity), beyond sizeof(struct wheel). */
+size_t wheel_log_bytes(const struct wheel *w);
 
 /* Number of records in the wheel, due ones included. */
 static inline uint64_t wheel_count(const struct wheel *w)

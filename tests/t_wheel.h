@@ -253,6 +253,7 @@ static inline struct t_set *t_set_new(uint64_t now)
 
 static inline void t_set_free(struct t_set *s)
 {
+	wheel_fini(s->w);
 	free(s->w);
 	free(s);
 }

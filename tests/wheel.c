@@ -163,6 +163,7 @@ START_TEST(test_wheel_init_empty)
 	T_UINT_EQ(w->curr, 0);
 	T_UINT_EQ(wheel_next(w), UINT64_MAX);
 	t_check(w);
+	wheel_fini(w);
 	free(w);
 }
 END_TEST
@@ -203,6 +204,7 @@ START_TEST(test_wheel_zeroed_record)
 	T_ASSERT((wheel_pop(w)) == NULL);
 	t_check(w);
 	free(arr);
+	wheel_fini(w);
 	free(w);
 }
 END_TEST
@@ -279,7 +281,9 @@ START_TEST(test_wheel_bad_input)
 	T_ASSERT(wheel_pop(w) == &b);
 	T_UINT_EQ(wheel_count(w), 0);
 	t_check(w);
+	wheel_fini(w);
 	free(w);
+	wheel_fini(w2);
 	free(w2);
 }
 END_TEST
@@ -406,6 +410,7 @@ START_TEST(test_wheel_user_flags)
 	T_ASSERT(wheel_pop(w) == &a);
 	T_UINT_EQ(a.flags, 0x5aa5);
 	t_check(w);
+	wheel_fini(w);
 	free(w);
 }
 END_TEST
@@ -475,6 +480,7 @@ START_TEST(test_wheel_check_detects_corruption)
 	c.deadline = 0;
 	t_check(w);
 #undef T_EXPECT_BROKEN
+	wheel_fini(w);
 	free(w);
 }
 END_TEST
@@ -628,6 +634,7 @@ START_TEST(test_wheel_past_deadline_due_order)
 	}
 	T_ASSERT(wheel_pop(w) == NULL);
 	t_check(w);
+	wheel_fini(w);
 	free(w);
 }
 END_TEST
@@ -1432,6 +1439,7 @@ START_TEST(test_wheel_flush)
 	T_UINT_EQ(wheel_count(&w), 0);
 	T_UINT_EQ(wheel_next(&w), UINT64_MAX);
 	t_check(&w);
+	wheel_fini(&w);
 }
 END_TEST
 
@@ -1462,6 +1470,75 @@ START_TEST(test_wheel_overflow_bound_after_empty)
 	T_UINT_EQ(wheel_advance(&w, far), 1);
 	T_ASSERT(wheel_pop(&w) == &b);
 	t_check(&w);
+	wheel_fini(&w);
+}
+END_TEST
+
+/*
+ * A slot's log is only a prefetch hint: a log crowded with stale entries
+ * stops, and the slot still fires every record, once, in the order added;
+ * the log starts afresh once the slot has emptied.  The due list's log
+ * likewise survives records taken off the due list between pops.
+ */
+START_TEST(test_wheel_log_stops_and_restarts)
+{
+	enum { N = 4096 };
+	struct wheel_timer *t = calloc(N, sizeof(*t));
+	struct wheel *w = t_wheel_new(0);
+	const uint64_t fire = 5 * 4096 + 7;	/* level 2 at tick 0 */
+	unsigned g, s, n = 0, rounds = 0;
+	struct wheel_timer *p;
+
+	T_ASSERT(t != NULL);
+	for (unsigned i = 0; i < N; i++)
+		T_INT_EQ(wheel_add(w, &t[i], fire, 0), 0);
+	T_ASSERT(t_in_slot(t[0].where));
+	g = (t[0].where - 1u) / WHEEL_SLOTS;
+	s = (t[0].where - 1u) % WHEEL_SLOTS;
+	T_UINT_EQ(w->log[g][s].len, N);
+	T_UINT_GE(wheel_log_bytes(w), N * sizeof(uint32_t));
+	t_check(w);
+	/* Take out and put back all but record 0 until the log stops growing. */
+	while (!(w->log_stale[g][s] >> 31)) {
+		T_UINT_LT(++rounds, 64);
+		for (unsigned i = 1; i < N; i++) {
+			T_INT_EQ(wheel_del(w, &t[i]), 0);
+			T_INT_EQ(wheel_add(w, &t[i], fire, 0), 0);
+		}
+		t_check(w);
+	}
+	T_UINT_LE(w->log[g][s].len, 4 * N);
+	/* Fires all, in the order of the last adds: 0, then 1..N-1. */
+	T_UINT_EQ(wheel_advance(w, fire), N);
+	t_check(w);
+	/* Take some off the due list first, as a cancel would. */
+	for (unsigned i = 2; i < N; i += 3)
+		T_INT_EQ(wheel_del(w, &t[i]), 0);
+	t_check(w);
+	for (unsigned i = 0; i < N; i++) {
+		if (i >= 2 && (i - 2) % 3 == 0)
+			continue;
+		p = wheel_pop(w);
+		T_ASSERT_MSG(p == &t[i], "pop %u gave record %td", n, p ? p - t : -1);
+		n++;
+		if (n % 512 == 0)
+			t_check(w);
+	}
+	T_ASSERT(wheel_pop(w) == NULL);
+	t_check(w);
+	T_UINT_EQ(w->log[g][s].len, 0);
+	T_UINT_EQ(w->log_stale[g][s], 0);
+	T_UINT_EQ(w->due_log.len, 0);
+	/* The slot logs afresh. */
+	T_INT_EQ(wheel_add(w, &t[0], w->curr + 5 * 4096, 0), 0);
+	t_check(w);
+	T_UINT_EQ(wheel_advance(w, w->curr + 5 * 4096), 1);
+	T_ASSERT(wheel_pop(w) == &t[0]);
+	t_check(w);
+	wheel_fini(w);
+	T_UINT_EQ(wheel_log_bytes(w), 0);
+	free(w);
+	free(t);
 }
 END_TEST
 
@@ -1519,6 +1596,7 @@ int main(void)
 	tcase_add_test(tc, test_wheel_order_across_levels);
 	tcase_add_test(tc, test_wheel_order_update_earlier);
 	tcase_add_test(tc, test_wheel_past_deadline_due_order);
+	tcase_add_test(tc, test_wheel_log_stops_and_restarts);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("update");

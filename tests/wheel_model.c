@@ -194,6 +194,7 @@ static void t_model_init(struct t_model *m, unsigned int run, size_t nrec, uint6
 
 static void t_model_free(struct t_model *m)
 {
+	wheel_fini(m->w);
 	free(m->w);
 	free(m->t);
 	free(m->ref);
