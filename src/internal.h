@@ -250,7 +250,7 @@ static inline struct rec *rec_chain_next(struct rec *r)
 /* ---- delivery --------------------------------------------------------------
  * Expired records wait for a worker in runs of up to WORKER_BATCH, in the
  * order they expired.  A run is a chain through wt.link.next, which is free
- * once the wheel has popped a record; runs are linked through their first
+ * once the wheel has popped a record (wt.link.prev holds a prefetch hint); runs are linked through their first
  * record's inbox_next, which is free while a record is FIRING (it is on no
  * inbox or retired list).  A worker takes a whole run under the lock,
  * one pointer, and walks it outside.  Nothing on the way from the wheel to
@@ -258,6 +258,13 @@ static inline struct rec *rec_chain_next(struct rec *r)
  * its life when its timer expires.
  */
 #define WORKER_BATCH	64	/* records in a run */
+/*
+ * A record in a run names, in its wt.link.prev (free once popped), the
+ * record RUN_AHEAD further along, for the worker to start loading: the
+ * run's chain alone would make each record a miss that waits for the one
+ * before, and each is a line the shard's core just wrote.
+ */
+#define RUN_AHEAD	4
 
 struct dqueue {
 	pthread_mutex_t lock;
@@ -496,6 +503,7 @@ struct shard {
 	size_t drain_big_cap;
 	struct rec *dfirst, *dlast;	/* the run being filled, for the workers */
 	size_t dlen;			/* records in it */
+	struct rec *dback[RUN_AHEAD];	/* its last RUN_AHEAD records, by dlen % RUN_AHEAD */
 	struct rec *rfirst, *rlast;	/* this pass's full runs */
 	size_t nruns;
 	struct kairos_queue *qcur;	/* the queue this pass's last expiries go to */

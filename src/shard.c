@@ -369,6 +369,10 @@ static void deliver(struct shard *s, struct rec *r)
 	if (s->dlen == WORKER_BATCH)
 		run_close(s);
 	rec_chain_append(&s->dfirst, &s->dlast, r, r);
+	r->wt.link.prev = NULL;
+	if (s->dlen >= RUN_AHEAD)
+		s->dback[s->dlen % RUN_AHEAD]->wt.link.prev = &r->wt.link;
+	s->dback[s->dlen % RUN_AHEAD] = r;
 	s->dlen++;
 }
 

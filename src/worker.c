@@ -211,6 +211,8 @@ static void *worker_main(void *arg)
 			next = rec_chain_next(r);
 			if (next)
 				__builtin_prefetch(next, 1);
+			if (r->wt.link.prev)
+				__builtin_prefetch(r->wt.link.prev, 1);	/* RUN_AHEAD on */
 			/* Stopping: what has not started goes back to be drained. */
 			if (atomic_load_explicit(&s->dq.stop, memory_order_relaxed)) {
 				dqueue_unshift(&s->dq, r);
