@@ -132,6 +132,8 @@ static inline void link_unlink(struct wheel_link *l)
 #define WHEEL_LOG_WINDOW	16
 /* Entries of a first log; and the stale entries a log may hold past half its length. */
 #define WHEEL_LOG_MIN		16u
+/* The most entries an emptied log keeps its memory for (1 KiB). */
+#define WHEEL_LOG_KEEP		256u
 
 static inline uint32_t log_key(const struct wheel_timer *t)
 {
@@ -182,10 +184,14 @@ static inline void log_stale(uint32_t *stale)
 		++*stale;
 }
 
-/* Empties @lg, freeing its memory if far larger than @used of it. */
-static void log_reset(struct wheel_log *lg, uint32_t *stale, uint32_t used)
+/*
+ * Empties @lg (its list emptied).  A log larger than WHEEL_LOG_KEEP entries
+ * goes: a slot of a higher level is empty for a whole turn of its level once
+ * visited, and the logs kept would add up to every slot's largest.
+ */
+static void log_reset(struct wheel_log *lg, uint32_t *stale)
 {
-	if (lg->cap > WHEEL_LOG_MIN && used < lg->cap / 8) {
+	if (lg->cap > WHEEL_LOG_KEEP) {
 		free(lg->ent);
 		lg->ent = NULL;
 		lg->cap = 0;
@@ -376,9 +382,9 @@ static inline void make_due(struct wheel *w, struct wheel_timer *t)
 }
 
 /* The due list emptied: its log starts afresh. */
-static inline void due_reset(struct wheel *w, uint32_t used)
+static inline void due_reset(struct wheel *w)
 {
-	log_reset(&w->due_log, &w->due_stale, used);
+	log_reset(&w->due_log, &w->due_stale);
 	w->due_at = 0;
 	w->due_pf = 0;
 }
@@ -421,7 +427,7 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 	link_unlink(&t->link);
 	if (where == WHEEL_DUE) {
 		if (--w->ndue == 0)
-			due_reset(w, w->due_log.len);
+			due_reset(w);
 		else
 			log_stale(&w->due_stale);
 	} else if (where != WHEEL_OVERFLOW) {
@@ -430,7 +436,7 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 		if (link_empty(&w->slot[g][s])) {
 			w->occupied[g] &= ~(UINT64_C(1) << s);
 			/* Starts afresh. */
-			log_reset(&w->log[g][s], &w->log_stale[g][s], w->log[g][s].len);
+			log_reset(&w->log[g][s], &w->log_stale[g][s]);
 		} else {
 			log_stale(&w->log_stale[g][s]);
 		}
@@ -611,7 +617,7 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 
 			w->occupied[g] &= ~(UINT64_C(1) << s);
 			fired += visit_list(w, &w->slot[g][s], &w->log[g][s], false);
-			log_reset(&w->log[g][s], &w->log_stale[g][s], w->log[g][s].len);
+			log_reset(&w->log[g][s], &w->log_stale[g][s]);
 		}
 	}
 	return fired;
@@ -625,7 +631,7 @@ void wheel_flush(struct wheel *w)
 
 			w->occupied[g] &= ~(UINT64_C(1) << s);
 			visit_list(w, &w->slot[g][s], &w->log[g][s], true);
-			log_reset(&w->log[g][s], &w->log_stale[g][s], 0);
+			log_reset(&w->log[g][s], &w->log_stale[g][s]);
 		}
 	}
 	visit_list(w, &w->overflow, NULL, true);
@@ -643,7 +649,7 @@ struct wheel_timer *wheel_pop(struct wheel *w)
 	link_unlink(&t->link);
 	t->where = WHEEL_NONE;
 	if (--w->ndue == 0)
-		due_reset(w, w->due_log.len);
+		due_reset(w);
 	w->count--;
 	return t;
 }
