@@ -773,7 +773,8 @@ void shard_wake(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
-void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count);
+void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count,
+		     struct rbundle *rb);
 void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns);
 void period_restart(struct rec_ext *p, uint64_t end_ns);
 

@@ -894,7 +894,7 @@ void queue_teardown_drain(struct kairos *k, int how, uint64_t *count)
 	/* Outside the lock: a notified callback may destroy its queue. */
 	for (struct rec *r = all, *next; r; r = next) {
 		next = rec_chain_next(r);
-		shard_drain_one(k, rec_shard(k, r), r, how, count);
+		shard_drain_one(k, rec_shard(k, r), r, how, count, NULL);
 	}
 	mutex_lock(&k->q_lock);
 	atomic_store_explicit(&k->queues_gone, true, memory_order_release);

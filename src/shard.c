@@ -763,16 +763,21 @@ void shard_stop(struct shard *s)
 
 /*
  * Ends one record still held at destroy (in a wheel, a delivery queue or a
- * queue's list): once, counted as drained.
+ * queue's list): once, counted as drained.  Retired into @rb, a bundle of
+ * @s's records, when not NULL.
  */
-void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count)
+void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, uint64_t *count,
+		     struct rbundle *rb)
 {
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 	unsigned st = st_of(old);
 
 	if (st == ST_CANCELLED) {
 		/* Cancelled while queued for delivery: the canceller counted it. */
-		table_retire(k, s, r);
+		if (rb)
+			rbundle_add(k, s, rb, r);
+		else
+			table_retire(k, s, r);
 		return;
 	}
 	if (st != ST_PENDING && st != ST_FIRING && st != ST_PARKED)
@@ -785,7 +790,7 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
 		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));
-	shard_end(s, r, old, NULL);
+	shard_end(s, r, old, rb);
 }
 
 /*
@@ -794,6 +799,7 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
  */
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 {
+	struct rbundle rb = { 0 };
 	struct wheel_timer *t;
 
 	/* Queued deliveries first: they expired earliest. */
@@ -804,7 +810,7 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 		while (r) {
 			struct rec *next = rec_chain_next(r);
 
-			shard_drain_one(k, s, r, how, count);
+			shard_drain_one(k, s, r, how, count, &rb);
 			r = next;
 		}
 	}
@@ -812,5 +818,7 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	s->dq.len = 0;
 	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))
-		shard_drain_one(k, s, rec_of(t), how, count);
+		shard_drain_one(k, s, rec_of(t), how, count, &rb);
+	/* One retire per bundle, not per record: the reclaimer walks bundles. */
+	rbundle_flush(k, s, &rb);
 }
