@@ -34,8 +34,8 @@
 
 #include "internal.h"
 
-/* Initial-exec: a plain %fs-relative access, no __tls_get_addr() per call. */
-__thread struct tstate tls_ts __attribute__((tls_model("initial-exec")));
+/* Initial-exec (KAIROS_TLS): a plain %fs-relative access. */
+__thread struct tstate tls_ts KAIROS_TLS;
 
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
