@@ -96,6 +96,8 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #define WHEEL_MASK	((uint64_t)WHEEL_SLOTS - 1)
 /* Ticks covered by all levels together: 2^48. */
@@ -134,6 +136,8 @@ static inline void link_unlink(struct wheel_link *l)
 #define WHEEL_LOG_MIN		16u
 /* The most entries an emptied log keeps its memory for (1 KiB). */
 #define WHEEL_LOG_KEEP		256u
+/* The most entries a log keeps in malloc()ed memory (16 KiB); more are mapped. */
+#define WHEEL_LOG_HEAP		4096u
 
 static inline uint32_t log_key(const struct wheel_timer *t)
 {
@@ -142,6 +146,42 @@ static inline uint32_t log_key(const struct wheel_timer *t)
 
 /* In a log's stale word: the log stopped; it is used as far as it goes. */
 #define WHEEL_LOG_STOP		(UINT32_C(1) << 31)
+
+/*
+ * A log's memory: from malloc() up to WHEEL_LOG_HEAP entries, and above
+ * that a mapping of its own, so that a large log freed goes back to the
+ * kernel at once rather than staying in the allocator's arena of the
+ * thread that filed it (where it would still count in the process's RSS).
+ */
+static bool log_mapped(uint32_t cap)
+{
+	return cap > WHEEL_LOG_HEAP;
+}
+
+static void log_free(uint32_t *ent, uint32_t cap)
+{
+	if (log_mapped(cap))
+		munmap(ent, (size_t)cap * sizeof(*ent));
+	else
+		free(ent);
+}
+
+/* @lg's entries moved to memory for @cap of them; NULL (and @lg as it was) on failure. */
+static uint32_t *log_mem(const struct wheel_log *lg, uint32_t cap)
+{
+	size_t bytes = (size_t)cap * sizeof(*lg->ent);
+	uint32_t *ent;
+
+	if (!log_mapped(cap))
+		return realloc(lg->ent, bytes);
+	ent = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ent == MAP_FAILED)
+		return NULL;
+	if (lg->len)
+		memcpy(ent, lg->ent, (size_t)lg->len * sizeof(*ent));
+	log_free(lg->ent, lg->cap);
+	return ent;
+}
 
 /*
  * Makes room for one more entry in @lg (whose stale word is *@stale);
@@ -158,7 +198,7 @@ static bool log_grow(struct wheel_log *lg, uint32_t *stale)
 		return false;
 	if (*stale > lg->len / 2 + WHEEL_LOG_MIN || cap <= lg->cap)
 		goto stop;
-	ent = realloc(lg->ent, (size_t)cap * sizeof(*ent));
+	ent = log_mem(lg, cap);
 	if (!ent)
 		goto stop;
 	lg->ent = ent;
@@ -192,7 +232,7 @@ static inline void log_stale(uint32_t *stale)
 static void log_reset(struct wheel_log *lg, uint32_t *stale)
 {
 	if (lg->cap > WHEEL_LOG_KEEP) {
-		free(lg->ent);
+		log_free(lg->ent, lg->cap);
 		lg->ent = NULL;
 		lg->cap = 0;
 	}
@@ -343,12 +383,12 @@ void wheel_fini(struct wheel *w)
 		return;
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
-			free(w->log[g][s].ent);
+			log_free(w->log[g][s].ent, w->log[g][s].cap);
 			w->log[g][s] = (struct wheel_log){ 0 };
 			w->log_stale[g][s] = 0;
 		}
 	}
-	free(w->due_log.ent);
+	log_free(w->due_log.ent, w->due_log.cap);
 	w->due_log = (struct wheel_log){ 0 };
 }
 
