@@ -307,9 +307,12 @@ struct rbundle {
  * handed back once per run rather than once per record: the shard's
  * finished count and the reclaimer's list are lines every worker writes.
  */
+struct worker_lane;
+
 struct wtally {
 	uint64_t finished;
 	struct rbundle rb;
+	struct worker_lane *lane;	/* a worker's lane; NULL: the shard's own counts */
 };
 
 /* Appends the chain @first..@last (linked through wt.link.next) to *@head..*@tail. */
@@ -334,6 +337,24 @@ struct lat_hist {
 };
 
 void lat_record(struct lat_hist *h, uint64_t ns);
+
+/*
+ * What workers count per expiry, in lanes of their own: a shard's workers
+ * all wrote its fired count and the same lateness buckets (a burst of
+ * expiries has one lateness) on every callback, and those lines went from
+ * core to core.  Worker i of a shard uses lane i % WORKER_LANES;
+ * kairos_stats() adds the lanes to the shard's own counts (struct
+ * shard_stats, struct shard.lat), which inline delivery and queue
+ * drainers keep writing.
+ */
+#define WORKER_LANES	8
+
+struct worker_lane {
+	_Atomic uint64_t fired;
+	_Atomic uint64_t periodic_runs;
+	_Atomic uint64_t early;
+	struct lat_hist lat;
+} __attribute__((aligned(CACHELINE)));
 uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q);
 uint64_t lat_bucket_upper(unsigned b);
 
@@ -491,6 +512,8 @@ struct shard {
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct lat_hist lat;
+	struct worker_lane *lanes;	/* nlanes of them; none with inline delivery */
+	unsigned nlanes;
 
 	/* Owner-only from here. */
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
@@ -791,8 +814,8 @@ void worker_stop(struct shard *s);
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w);
 void worker_tally_flush(struct shard *s, struct wtally *w);
 void worker_rearm(struct shard *s, struct rec *r);
-uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
-		      bool coalesce, int *status);
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct worker_lane *lane, struct rec *r,
+		      bool periodic, bool coalesce, int *status);
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
 
 /* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */

@@ -1253,6 +1253,22 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
  * shards have stopped.  What ended is read before what was armed, so the
  * derived pending count never goes below 0.
  */
+/* Adds histogram @h into @bucket and *@total, and its max into *@max. */
+static void lat_add(const struct lat_hist *h, uint64_t *bucket, uint64_t *total, uint64_t *max)
+{
+	uint64_t m;
+
+	for (unsigned b = 0; b < LAT_BUCKETS; b++) {
+		uint64_t n = atomic_load_explicit(&h->bucket[b], memory_order_relaxed);
+
+		bucket[b] += n;
+		*total += n;
+	}
+	m = atomic_load_explicit(&h->max, memory_order_relaxed);
+	if (m > *max)
+		*max = m;
+}
+
 static void stats_collect(struct kairos *k, struct kairos_stats *out)
 {
 	uint64_t bucket[LAT_BUCKETS] = { 0 }, total = 0, finished = 0, armed, cancelled;
@@ -1262,7 +1278,6 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 	out->rejected = atomic_load_explicit(&k->rejected, memory_order_relaxed);
 	for (unsigned i = 0; i < k->nshards; i++) {
 		struct shard *s = k->shards[i];
-		uint64_t max;
 
 		/* Acquire pairs with the enders' release: their arms are counted. */
 		finished += atomic_load_explicit(&s->stats.finished, memory_order_acquire);
@@ -1273,15 +1288,16 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 		out->early += atomic_load_explicit(&s->stats.early, memory_order_relaxed);
 		out->wakeups += atomic_load_explicit(&s->stats.wakeups, memory_order_relaxed);
 		out->timer_sets += atomic_load_explicit(&s->stats.timer_sets, memory_order_relaxed);
-		for (unsigned b = 0; b < LAT_BUCKETS; b++) {
-			uint64_t n = atomic_load_explicit(&s->lat.bucket[b], memory_order_relaxed);
+		lat_add(&s->lat, bucket, &total, &out->lateness_max_ns);
+		for (unsigned l = 0; l < s->nlanes; l++) {
+			struct worker_lane *w = &s->lanes[l];
 
-			bucket[b] += n;
-			total += n;
+			out->fired += atomic_load_explicit(&w->fired, memory_order_relaxed);
+			out->periodic_runs += atomic_load_explicit(&w->periodic_runs,
+								   memory_order_relaxed);
+			out->early += atomic_load_explicit(&w->early, memory_order_relaxed);
+			lat_add(&w->lat, bucket, &total, &out->lateness_max_ns);
 		}
-		max = atomic_load_explicit(&s->lat.max, memory_order_relaxed);
-		if (max > out->lateness_max_ns)
-			out->lateness_max_ns = max;
 	}
 	ts_sum(k, &armed, &cancelled);
 	out->armed = armed;

@@ -701,6 +701,17 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	    (rc = pthread_mutex_init(&s->dq.lock, NULL)) ||
 	    (rc = pthread_cond_init(&s->dq.cond, NULL)))
 		kairos_die_err("pthread init", rc);
+	if (k->cfg.delivery != KAIROS_DELIVER_INLINE) {
+		unsigned n = k->cfg.workers < WORKER_LANES ? k->cfg.workers : WORKER_LANES;
+
+		s->lanes = fault_hit() ? NULL : aligned_alloc(CACHELINE, n * sizeof(*s->lanes));
+		if (!s->lanes) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		memset(s->lanes, 0, n * sizeof(*s->lanes));
+		s->nlanes = n;
+	}
 	/* A manual clock is no clock of the kernel's: no timerfd. */
 	s->tfd = -1;
 	if (!service_manual(k)) {
@@ -723,6 +734,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	*out = s;
 	return 0;
 fail:
+	free(s->lanes);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);
@@ -739,6 +751,7 @@ void shard_free(struct shard *s)
 	table_free(s);
 	drain_unmap(s);
 	wheel_fini(&s->wheel);
+	free(s->lanes);
 	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);

@@ -121,12 +121,13 @@ void worker_rearm(struct shard *s, struct rec *r)
 
 /*
  * expiry_begin - the deadline and status of the expiry that record @r,
- * just claimed (RUNNING), delivers, with its lateness recorded against now.
+ * just claimed (RUNNING), delivers, with its lateness recorded against now
+ * in @lane (a worker's), or in the shard's own counts when @lane is NULL.
  * @coalesce: a queue's periodic entry that waited there; the periods since
  * join this call.
  */
-uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool periodic,
-		      bool coalesce, int *status)
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct worker_lane *lane, struct rec *r,
+		      bool periodic, bool coalesce, int *status)
 {
 	uint64_t now = service_now(k), deadline_ns;
 
@@ -147,9 +148,10 @@ uint64_t expiry_begin(struct kairos *k, struct shard *s, struct rec *r, bool per
 		*status = 1;
 	}
 	if (now < deadline_ns)
-		atomic_fetch_add_explicit(&s->stats.early, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(lane ? &lane->early : &s->stats.early, 1,
+					  memory_order_relaxed);
 	else
-		lat_record(&s->lat, now - deadline_ns);
+		lat_record(lane ? &lane->lat : &s->lat, now - deadline_ns);
 	return deadline_ns;
 }
 
@@ -176,11 +178,13 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wta
 	}
 	periodic = old & ST_PERIODIC;
 	id = shard_rec_id(s, r, old);
-	(void)expiry_begin(k, s, r, periodic, false, &status);
+	(void)expiry_begin(k, s, w->lane, r, periodic, false, &status);
 	if (periodic)
-		atomic_fetch_add_explicit(&s->stats.periodic_runs, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(w->lane ? &w->lane->periodic_runs : &s->stats.periodic_runs,
+					  1, memory_order_relaxed);
 	else
-		atomic_fetch_add_explicit(&s->stats.fired, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(w->lane ? &w->lane->fired : &s->stats.fired, 1,
+					  memory_order_relaxed);
 
 	tls_timer = id;
 	r->fn(r->arg, id, status);
@@ -201,10 +205,12 @@ static void *worker_main(void *arg)
 	struct shard *s = arg;
 	struct wtally w = { 0 };
 	struct rec *run;
+	unsigned seq = atomic_fetch_add_explicit(&s->worker_seq, 1, memory_order_relaxed);
 
 	tls_service = s->k;
-	thread_name("work", (int)s->index,
-		    (int)atomic_fetch_add_explicit(&s->worker_seq, 1, memory_order_relaxed));
+	thread_name("work", (int)s->index, (int)seq);
+	if (s->nlanes)
+		w.lane = &s->lanes[seq % s->nlanes];
 	while ((run = dqueue_take(&s->dq))) {
 		for (struct rec *r = run, *next; r; r = next) {
 			/* Read first: the record is another thread's once delivered. */
