@@ -473,6 +473,69 @@ START_TEST(test_fire_order_deep_inbox)
 }
 END_TEST
 
+/*
+ * Workers count in lanes of their own, more workers than lanes sharing
+ * some: kairos_stats() must still add up every fired timer and periodic
+ * run once, none early, with the lateness of each recorded.
+ */
+static _Atomic int lanes_fired, lanes_runs;
+
+static void t_cb_lanes(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	if (status > 0)
+		atomic_fetch_add(&lanes_fired, 1);
+}
+
+static void t_cb_lanes_every(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	if (status > 0)
+		atomic_fetch_add(&lanes_runs, 1);
+}
+
+START_TEST(test_fire_stats_worker_lanes)
+{
+	enum { N = 3000, WORKERS = 11 };
+	struct kairos_config c = t_cfg(1, WORKERS);
+	struct kairos *k = t_create(&c);
+	struct kairos_stats st;
+	kairos_id every;
+	int runs;
+
+	atomic_store(&lanes_fired, 0);
+	atomic_store(&lanes_runs, 0);
+	ck_assert_int_eq(kairos_arm_every(k, T_MS, t_cb_lanes_every, NULL, &every), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(kairos_arm(k, (uint64_t)(i % 20) * T_MS, t_cb_lanes, NULL, NULL), 0);
+	for (uint64_t end = t_mono() + 10 * T_SEC;
+	     (atomic_load(&lanes_fired) < N || atomic_load(&lanes_runs) < 10) && t_mono() < end;)
+		t_sleep_ms(2);
+	ck_assert_int_eq(atomic_load(&lanes_fired), N);
+	ck_assert_int_ge(atomic_load(&lanes_runs), 10);
+	ck_assert_int_eq(kairos_cancel_sync(k, every), 0);
+	runs = atomic_load(&lanes_runs);
+	for (uint64_t end = t_mono() + 3 * T_SEC;;) {
+		ck_assert_int_eq(kairos_stats(k, &st), 0);
+		if (st.pending == 0 || t_mono() > end)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_uint_eq(st.fired, N);
+	ck_assert_uint_eq(st.periodic_runs, (uint64_t)runs);
+	ck_assert_uint_eq(st.early, 0);
+	ck_assert_uint_eq(st.armed, st.fired + st.cancelled + st.drained + st.pending);
+	ck_assert_uint_eq(st.armed, N + 1);
+	ck_assert_uint_gt(st.lateness_max_ns, 0);
+	ck_assert_uint_le(st.lateness_p50_ns, st.lateness_p99_ns);
+	ck_assert_uint_le(st.lateness_p99_ns, st.lateness_max_ns);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_fire_inline_basics)
 {
 	enum { N = 500, C = 50 };
@@ -550,6 +613,7 @@ int main(void)
 	tcase_add_test(tc, test_fire_inline_basics);
 	tcase_add_test(tc, test_fire_order_across_runs);
 	tcase_add_test(tc, test_fire_order_deep_inbox);
+	tcase_add_test(tc, test_fire_stats_worker_lanes);
 	suite_add_tcase(s, tc);
 	return t_main(s, "fire");
 }
