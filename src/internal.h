@@ -257,9 +257,10 @@ static inline struct rec *rec_chain_next(struct rec *r)
 /* ---- delivery --------------------------------------------------------------
  * Expired records wait for a worker in runs of up to WORKER_BATCH, in the
  * order they expired.  A run is a chain through wt.link.next, which is free
- * once the wheel has popped a record (wt.link.prev holds a prefetch hint); runs are linked through their first
- * record's inbox_next, which is free while a record is FIRING (it is on no
- * inbox or retired list).  A worker takes a whole run under the lock,
+ * once the wheel has popped a record (wt.link.prev then holds a prefetch
+ * hint, RUN_AHEAD); runs are linked through their first record's
+ * inbox_next, which is free while a record is FIRING (it is on no inbox or
+ * retired list).  A worker takes a whole run under the lock,
  * one pointer, and walks it outside.  Nothing on the way from the wheel to
  * the callback allocates, so an arm that succeeded never costs the process
  * its life when its timer expires.
@@ -337,6 +338,8 @@ struct lat_hist {
 };
 
 void lat_record(struct lat_hist *h, uint64_t ns);
+uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q);
+uint64_t lat_bucket_upper(unsigned b);
 
 /*
  * What workers count per expiry, in lanes of their own: a shard's workers
@@ -355,8 +358,6 @@ struct worker_lane {
 	_Atomic uint64_t early;
 	struct lat_hist lat;
 } __attribute__((aligned(CACHELINE)));
-uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q);
-uint64_t lat_bucket_upper(unsigned b);
 
 /* ---- backends -------------------------------------------------------------- */
 struct shard;
