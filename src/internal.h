@@ -260,10 +260,11 @@ static inline struct rec *rec_chain_next(struct rec *r)
  * once the wheel has popped a record (wt.link.prev then holds a prefetch
  * hint, RUN_AHEAD); runs are linked through their first record's
  * inbox_next, which is free while a record is FIRING (it is on no inbox or
- * retired list).  A worker takes a whole run under the lock,
- * one pointer, and walks it outside.  Nothing on the way from the wheel to
- * the callback allocates, so an arm that succeeded never costs the process
- * its life when its timer expires.
+ * retired list).  A worker takes a whole run under the lock, one pointer,
+ * and walks it outside.  Nothing on the way from the wheel to the callback
+ * needs memory it may fail to get (the wheel's slot logs grow, and a log
+ * that cannot grow only stops), so an arm that succeeded never costs the
+ * process its life when its timer expires.
  */
 #define WORKER_BATCH	64	/* records in a run */
 /*
