@@ -2,8 +2,9 @@
 /*
  * hist.c - the lateness histogram: 1/8-octave buckets of nanoseconds, so a
  * percentile is known within an eighth of its value from 512 counters.
- * Workers record into their shard's histogram with relaxed atomics;
- * kairos_stats() adds the shards' buckets up and reads percentiles off them.
+ * Each expiry is recorded, with relaxed atomics, in the histogram of its
+ * lane (struct expiry_lane: a worker's, or its shard's own);
+ * kairos_stats() adds every lane's buckets up and reads percentiles off them.
  */
 #include "internal.h"
 

@@ -309,12 +309,12 @@ struct rbundle {
  * handed back once per run rather than once per record: the shard's
  * finished count and the reclaimer's list are lines every worker writes.
  */
-struct worker_lane;
+struct expiry_lane;
 
 struct wtally {
 	uint64_t finished;
 	struct rbundle rb;
-	struct worker_lane *lane;	/* a worker's lane; NULL: the shard's own counts */
+	struct expiry_lane *lane;	/* where its expiries are counted */
 };
 
 /* Appends the chain @first..@last (linked through wt.link.next) to *@head..*@tail. */
@@ -343,17 +343,17 @@ uint64_t lat_percentile(const uint64_t *bucket, uint64_t total, double q);
 uint64_t lat_bucket_upper(unsigned b);
 
 /*
- * What workers count per expiry, in lanes of their own: a shard's workers
- * all wrote its fired count and the same lateness buckets (a burst of
- * expiries has one lateness) on every callback, and those lines went from
- * core to core.  Worker i of a shard uses lane i % WORKER_LANES;
- * kairos_stats() adds the lanes to the shard's own counts (struct
- * shard_stats, struct shard.lat), which inline delivery and queue
- * drainers keep writing.
+ * What is counted per expiry: fired one-shots, periodic runs, early
+ * callbacks and the lateness histogram.  Each shard has a lane of its own
+ * (struct shard.own: inline delivery, queue drainers) and one per worker,
+ * up to WORKER_LANES (worker i uses lane i % WORKER_LANES): a shard's
+ * workers used to write one fired count and the same lateness bucket (a
+ * burst of expiries has one lateness) on every callback, and those lines
+ * went from core to core.  kairos_stats() adds all lanes up.
  */
 #define WORKER_LANES	8
 
-struct worker_lane {
+struct expiry_lane {
 	_Atomic uint64_t fired;
 	_Atomic uint64_t periodic_runs;
 	_Atomic uint64_t early;
@@ -467,13 +467,11 @@ struct kairos;
  * Written by the shard thread and its workers only: arms and cancels count
  * in the calling threads' own state (thread.c), and pending is derived.
  */
+/* The rest are counted per expiry, in struct expiry_lane. */
 struct shard_stats {
-	_Atomic uint64_t fired;
 	_Atomic uint64_t finished;	/* one-shot callbacks that returned */
 	_Atomic uint64_t cancelled;	/* periodic timers stopped while running */
 	_Atomic uint64_t drained;
-	_Atomic uint64_t periodic_runs;
-	_Atomic uint64_t early;
 	_Atomic uint64_t wakeups;
 	_Atomic uint64_t timer_sets;
 };
@@ -513,8 +511,8 @@ struct shard {
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
-	struct lat_hist lat;
-	struct worker_lane *lanes;	/* nlanes of them; none with inline delivery */
+	struct expiry_lane own;		/* the shard's, its queue drainers' */
+	struct expiry_lane *lanes;	/* the workers', nlanes; none with inline delivery */
 	unsigned nlanes;
 
 	/* Owner-only from here. */
@@ -816,7 +814,7 @@ void worker_stop(struct shard *s);
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w);
 void worker_tally_flush(struct shard *s, struct wtally *w);
 void worker_rearm(struct shard *s, struct rec *r);
-uint64_t expiry_begin(struct kairos *k, struct shard *s, struct worker_lane *lane, struct rec *r,
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct expiry_lane *lane, struct rec *r,
 		      bool periodic, bool coalesce, int *status);
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
 

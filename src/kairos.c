@@ -1253,20 +1253,24 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
  * shards have stopped.  What ended is read before what was armed, so the
  * derived pending count never goes below 0.
  */
-/* Adds histogram @h into @bucket and *@total, and its max into *@max. */
-static void lat_add(const struct lat_hist *h, uint64_t *bucket, uint64_t *total, uint64_t *max)
+/* Adds lane @l's counts into @out, its histogram into @bucket and *@total. */
+static void lane_add(const struct expiry_lane *l, struct kairos_stats *out, uint64_t *bucket,
+		     uint64_t *total)
 {
-	uint64_t m;
+	uint64_t max;
 
+	out->fired += atomic_load_explicit(&l->fired, memory_order_relaxed);
+	out->periodic_runs += atomic_load_explicit(&l->periodic_runs, memory_order_relaxed);
+	out->early += atomic_load_explicit(&l->early, memory_order_relaxed);
 	for (unsigned b = 0; b < LAT_BUCKETS; b++) {
-		uint64_t n = atomic_load_explicit(&h->bucket[b], memory_order_relaxed);
+		uint64_t n = atomic_load_explicit(&l->lat.bucket[b], memory_order_relaxed);
 
 		bucket[b] += n;
 		*total += n;
 	}
-	m = atomic_load_explicit(&h->max, memory_order_relaxed);
-	if (m > *max)
-		*max = m;
+	max = atomic_load_explicit(&l->lat.max, memory_order_relaxed);
+	if (max > out->lateness_max_ns)
+		out->lateness_max_ns = max;
 }
 
 static void stats_collect(struct kairos *k, struct kairos_stats *out)
@@ -1281,23 +1285,13 @@ static void stats_collect(struct kairos *k, struct kairos_stats *out)
 
 		/* Acquire pairs with the enders' release: their arms are counted. */
 		finished += atomic_load_explicit(&s->stats.finished, memory_order_acquire);
-		out->fired += atomic_load_explicit(&s->stats.fired, memory_order_relaxed);
 		out->cancelled += atomic_load_explicit(&s->stats.cancelled, memory_order_acquire);
 		out->drained += atomic_load_explicit(&s->stats.drained, memory_order_acquire);
-		out->periodic_runs += atomic_load_explicit(&s->stats.periodic_runs, memory_order_relaxed);
-		out->early += atomic_load_explicit(&s->stats.early, memory_order_relaxed);
 		out->wakeups += atomic_load_explicit(&s->stats.wakeups, memory_order_relaxed);
 		out->timer_sets += atomic_load_explicit(&s->stats.timer_sets, memory_order_relaxed);
-		lat_add(&s->lat, bucket, &total, &out->lateness_max_ns);
-		for (unsigned l = 0; l < s->nlanes; l++) {
-			struct worker_lane *w = &s->lanes[l];
-
-			out->fired += atomic_load_explicit(&w->fired, memory_order_relaxed);
-			out->periodic_runs += atomic_load_explicit(&w->periodic_runs,
-								   memory_order_relaxed);
-			out->early += atomic_load_explicit(&w->early, memory_order_relaxed);
-			lat_add(&w->lat, bucket, &total, &out->lateness_max_ns);
-		}
+		lane_add(&s->own, out, bucket, &total);
+		for (unsigned l = 0; l < s->nlanes; l++)
+			lane_add(&s->lanes[l], out, bucket, &total);
 	}
 	ts_sum(k, &armed, &cancelled);
 	out->armed = armed;

@@ -361,13 +361,13 @@ void queue_posted(struct shard *s, struct rec *r, int res)
 		return;
 	}
 	periodic = atomic_load_explicit(&r->state, memory_order_relaxed) & ST_PERIODIC;
-	(void)expiry_begin(k, s, NULL, r, periodic, false, &status);
+	(void)expiry_begin(k, s, &s->own, r, periodic, false, &status);
 	if (periodic) {
-		atomic_fetch_add_explicit(&s->stats.periodic_runs, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->own.periodic_runs, 1, memory_order_relaxed);
 		worker_rearm(s, r);
 		return;
 	}
-	atomic_fetch_add_explicit(&s->stats.fired, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->own.fired, 1, memory_order_relaxed);
 	old = timer_done(r);
 	s->itally.finished++;
 	queue_unref(q);
@@ -410,9 +410,9 @@ static void qtally_flush(struct qtally *t)
 	if (!s)
 		return;
 	if (t->fired)
-		atomic_fetch_add_explicit(&s->stats.fired, t->fired, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->own.fired, t->fired, memory_order_relaxed);
 	if (t->runs)
-		atomic_fetch_add_explicit(&s->stats.periodic_runs, t->runs, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->own.periodic_runs, t->runs, memory_order_relaxed);
 	t->fired = t->runs = 0;
 	worker_tally_flush(s, &t->w);
 }
@@ -440,7 +440,7 @@ static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
 	kairos_id id = shard_rec_id(s, r, old);
 	int status;
 	/* The periods that passed while a periodic entry waited join this call. */
-	uint64_t deadline_ns = expiry_begin(k, s, NULL, r, periodic, true, &status);
+	uint64_t deadline_ns = expiry_begin(k, s, &s->own, r, periodic, true, &status);
 
 	if (periodic)
 		t->runs++;

@@ -696,6 +696,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->timer_tick = UINT64_MAX;
 	s->posting.next = s->posting.prev = &s->posting;
 	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
+	s->itally.lane = &s->own;
 	/* None of these can fail with default attributes. */
 	if ((rc = pthread_mutex_init(&s->grow_lock, NULL)) ||
 	    (rc = pthread_mutex_init(&s->dq.lock, NULL)) ||

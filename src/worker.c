@@ -121,12 +121,12 @@ void worker_rearm(struct shard *s, struct rec *r)
 
 /*
  * expiry_begin - the deadline and status of the expiry that record @r,
- * just claimed (RUNNING), delivers, with its lateness recorded against now
- * in @lane (a worker's), or in the shard's own counts when @lane is NULL.
+ * just claimed (RUNNING), delivers, with its lateness against now recorded
+ * in @lane.
  * @coalesce: a queue's periodic entry that waited there; the periods since
  * join this call.
  */
-uint64_t expiry_begin(struct kairos *k, struct shard *s, struct worker_lane *lane, struct rec *r,
+uint64_t expiry_begin(struct kairos *k, struct shard *s, struct expiry_lane *lane, struct rec *r,
 		      bool periodic, bool coalesce, int *status)
 {
 	uint64_t now = service_now(k), deadline_ns;
@@ -148,10 +148,9 @@ uint64_t expiry_begin(struct kairos *k, struct shard *s, struct worker_lane *lan
 		*status = 1;
 	}
 	if (now < deadline_ns)
-		atomic_fetch_add_explicit(lane ? &lane->early : &s->stats.early, 1,
-					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&lane->early, 1, memory_order_relaxed);
 	else
-		lat_record(lane ? &lane->lat : &s->lat, now - deadline_ns);
+		lat_record(&lane->lat, now - deadline_ns);
 	return deadline_ns;
 }
 
@@ -180,11 +179,9 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wta
 	id = shard_rec_id(s, r, old);
 	(void)expiry_begin(k, s, w->lane, r, periodic, false, &status);
 	if (periodic)
-		atomic_fetch_add_explicit(w->lane ? &w->lane->periodic_runs : &s->stats.periodic_runs,
-					  1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->lane->periodic_runs, 1, memory_order_relaxed);
 	else
-		atomic_fetch_add_explicit(w->lane ? &w->lane->fired : &s->stats.fired, 1,
-					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->lane->fired, 1, memory_order_relaxed);
 
 	tls_timer = id;
 	r->fn(r->arg, id, status);
@@ -209,8 +206,7 @@ static void *worker_main(void *arg)
 
 	tls_service = s->k;
 	thread_name("work", (int)s->index, (int)seq);
-	if (s->nlanes)
-		w.lane = &s->lanes[seq % s->nlanes];
+	w.lane = &s->lanes[seq % s->nlanes];
 	while ((run = dqueue_take(&s->dq))) {
 		for (struct rec *r = run, *next; r; r = next) {
 			/* Read first: the record is another thread's once delivered. */
