@@ -612,6 +612,18 @@ static uint64_t visit_list(struct wheel *w, struct wheel_link *head, struct whee
 	return w->ndue - ndue;
 }
 
+/* Visits the lowest occupied slot of level @g (as visit_list()), and empties it and its log. */
+static uint64_t visit_first_slot(struct wheel *w, unsigned g, bool flush)
+{
+	unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
+	uint64_t n;
+
+	w->occupied[g] &= ~(UINT64_C(1) << s);
+	n = visit_list(w, &w->slot[g][s], &w->log[g][s], flush);
+	log_reset(&w->log[g][s], &w->log_stale[g][s]);
+	return n;
+}
+
 /* The next tick at which a slot (or the overflow list) is visited. */
 static uint64_t next_visit(const struct wheel *w)
 {
@@ -653,11 +665,7 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 			w->overflow_visit = UINT64_MAX;
 			fired += visit_list(w, &w->overflow, NULL, false);
 		} else {
-			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
-
-			w->occupied[g] &= ~(UINT64_C(1) << s);
-			fired += visit_list(w, &w->slot[g][s], &w->log[g][s], false);
-			log_reset(&w->log[g][s], &w->log_stale[g][s]);
+			fired += visit_first_slot(w, g, false);
 		}
 	}
 	return fired;
@@ -665,15 +673,9 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now)
 
 void wheel_flush(struct wheel *w)
 {
-	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
-		while (w->occupied[g]) {
-			unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
-
-			w->occupied[g] &= ~(UINT64_C(1) << s);
-			visit_list(w, &w->slot[g][s], &w->log[g][s], true);
-			log_reset(&w->log[g][s], &w->log_stale[g][s]);
-		}
-	}
+	for (unsigned g = 0; g < WHEEL_LEVELS; g++)
+		while (w->occupied[g])
+			visit_first_slot(w, g, true);
 	visit_list(w, &w->overflow, NULL, true);
 	w->overflow_visit = UINT64_MAX;
 }
