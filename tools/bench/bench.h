@@ -70,13 +70,16 @@ enum bench_floor {
 	BENCH_FLOOR_CLOCK,		/* clock_gettime(@id) */
 	BENCH_FLOOR_PREFETCH,		/* prefetches the record, then clock_gettime(@id) */
 	BENCH_FLOOR_TSC,		/* reads the time-stamp counter, unordered (x86-64) */
+	BENCH_FLOOR_CLOCK_ALONE,	/* clock_gettime(@id), and no CAS: the read itself */
 };
 
 /*
  * The floor of a timer call that any thread may make: one atomic CAS per op
  * on the 64-byte record order[i] of @recs (the order read from a list, as
  * the API loops read theirs), after what @how says: a call that takes a
- * delay must read a clock.  Return: ns per op.  Inlined with constant @how
+ * delay must read a clock.  BENCH_FLOOR_CLOCK_ALONE times the clock read
+ * with no record at all: what a call that reads the clock pays even when
+ * everything it touches is in cache.  Return: ns per op.  Inlined with constant @how
  * and @id, so that no test is left in the loop.
  */
 static inline __attribute__((always_inline))
@@ -95,7 +98,8 @@ double bench_cas_floor(char *recs, const uint32_t *order, size_t n, enum bench_f
 
 		if (how == BENCH_FLOOR_PREFETCH)
 			__builtin_prefetch(rec, 1);
-		if (how == BENCH_FLOOR_CLOCK || how == BENCH_FLOOR_PREFETCH) {
+		if (how == BENCH_FLOOR_CLOCK || how == BENCH_FLOOR_PREFETCH ||
+		    how == BENCH_FLOOR_CLOCK_ALONE) {
 			if (clock_gettime(id, &ts) != 0)
 				bench_die("clock_gettime(%d) failed", (int)id);
 			acc += (uint64_t)ts.tv_nsec;
@@ -104,6 +108,8 @@ double bench_cas_floor(char *recs, const uint32_t *order, size_t n, enum bench_f
 		if (how == BENCH_FLOOR_TSC)
 			acc += __builtin_ia32_rdtsc();
 #endif
+		if (how == BENCH_FLOOR_CLOCK_ALONE)
+			continue;
 		/* Load, then CAS from what was read: how a state word is changed. */
 		v = atomic_load_explicit(p, memory_order_relaxed);
 		atomic_compare_exchange_strong_explicit(p, &v, v + 1, memory_order_acq_rel,

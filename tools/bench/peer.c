@@ -129,6 +129,7 @@ enum pb_floor {
 #if defined(__x86_64__)
 	PB_FLOOR_TSC,
 #endif
+	PB_FLOOR_CLOCK_ALONE,
 	PB_NFLOORS
 };
 
@@ -140,6 +141,7 @@ static const char *const pb_floor_names[PB_NFLOORS] = {
 #if defined(__x86_64__)
 	[PB_FLOOR_TSC] = "rdtsc (unordered) + CAS",
 #endif
+	[PB_FLOOR_CLOCK_ALONE] = "clock_gettime(CLOCK_MONOTONIC), no record",
 };
 
 /* ------------------------------------------------------------------------
@@ -1511,6 +1513,8 @@ static void pb_floors_measure(struct pb_floors *f, struct rng *r, size_t n,
 #if defined(__x86_64__)
 	out[PB_FLOOR_TSC] = bench_cas_floor(f->recs, f->order, f->n, BENCH_FLOOR_TSC, 0);
 #endif
+	out[PB_FLOOR_CLOCK_ALONE] = bench_cas_floor(f->recs, f->order, f->n,
+						    BENCH_FLOOR_CLOCK_ALONE, CLOCK_MONOTONIC);
 }
 
 /* ------------------------------------------------------------------------
@@ -1716,8 +1720,8 @@ static void pb_print_behind(const struct pb_opts *o, const struct pb_size *s)
 static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
 {
 	printf("%sfloors: one atomic CAS per op on a random record of %zu (64 B each, one "
-	       "array, a precomputed random order; medians):\n", o->b.markdown ? "\n" : "",
-	       s->floor_n);
+	       "array, a precomputed random order), last the clock read alone; medians:\n",
+	       o->b.markdown ? "\n" : "", s->floor_n);
 	if (o->b.markdown)
 		printf("\n");
 	for (int k = 0; k < PB_NFLOORS; k++)
@@ -1918,7 +1922,9 @@ static void pb_print_legend(const struct pb_opts *o)
 	printf("%s  clock_gettime(CLOCK_MONOTONIC) or clock_gettime(CLOCK_MONOTONIC_COARSE): "
 	       "what a thread-safe timer call costs at the least;\n", pre);
 	printf("%s  then with the record prefetched before the clock read, and after a bare "
-	       "rdtsc: what the clock read waits for.\n", pre);
+	       "rdtsc: what the clock read waits for;\n", pre);
+	printf("%s  last, the clock read with no record: what any call that reads the clock "
+	       "pays, all in cache.\n", pre);
 	printf("%sMedians over the runs; lateness max and early-by: worst run; early: sum over "
 	       "the runs. Deadlines are random outside the\n", pre);
 	printf("%s  idle rows, so the loops' special cases for equal timeouts (libevent common "
