@@ -41,6 +41,8 @@ bad-value)
 	expect_bad '^kairos-bench service: --runs: 0 is out of range \(1\.\.1000\)$' \
 		"$bench" service --runs 0
 	expect_bad '^kairos-bench peer: --n: 5 is out of range \(' "$bench" peer --n=5
+	expect_bad '^kairos-bench peer: --cycles: 0 is out of range \(1\.\.100\)$' \
+		"$bench" peer --cycles 0
 	expect_bad '^kairos-bench wheel: --seed: ' "$bench" wheel --seed -1
 	expect_bad "^kairos-bench: unknown mode 'nope'" "$bench" nope
 	expect_bad '^kairos-idle-server: --idle: 0 is out of range \(1\.\.3600000\)$' \

@@ -275,6 +275,15 @@ static uint64_t pb_slab_bytes(void)
 static int pb_pin_cpu = -1;
 static cpu_set_t pb_start_mask;
 
+/*
+ * --cycles: the cancel, idle, arm and push-later rows run this many times
+ * in a row on the same instance, and each reports its last time: with more
+ * than one, what a server that has been running a while sees rather than a
+ * fresh instance's first pass.
+ */
+#define PB_MAX_CYCLES	100u
+static unsigned pb_cycles = 1;
+
 static void pb_pin_set(const cpu_set_t *mask)
 {
 	if (sched_setaffinity(0, sizeof(*mask), mask) != 0)
@@ -1416,44 +1425,49 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	pb_progress(im, n, label, "fill");
 	im->in_loop(pb_arm_job, &j);
 	pb_quiesce(im);
-	pb_progress(im, n, label, "cancel");
-	im->in_loop(pb_cancel_job, &j);
-	row[PB_CANCEL] = (double)j.ns / (double)n;
-	pb_quiesce(im);
-	/*
-	 * The idle rows go here, between the cancel and the arm: the N slots
-	 * are free, and the idle cancel, in the cancel row's order, hands the
-	 * arm row the records in the same order as the cancel row did.
-	 */
-	if (im->idle_arm) {
-		pb_progress(im, n, label, "idle arm");
-		im->in_loop(pb_idle_arm_job, &j);
-		row[PB_IDLE_ARM] = (double)j.ns / (double)n;
-		pb_quiesce(im);
-		pb_progress(im, n, label, "idle push-later");
-		im->in_loop(pb_idle_later_job, &j);
-		row[PB_IDLE_LATER] = (double)j.ns / (double)n;
-		pb_quiesce(im);
-		pb_progress(im, n, label, "idle cancel");
+	/* N pending at the start of each cycle, and again at its end. */
+	for (unsigned cycle = 0; cycle < pb_cycles; cycle++) {
+		pb_progress(im, n, label, "cancel");
 		im->in_loop(pb_cancel_job, &j);
-		row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
+		row[PB_CANCEL] = (double)j.ns / (double)n;
 		pb_quiesce(im);
-		pb_no_strays(im, "idle");
-	}
-	pb_progress(im, n, label, "arm");
-	im->in_loop(pb_arm_job, &j);
-	row[PB_ARM] = (double)j.ns / (double)n;
-	row[PB_PAIR] = row[PB_ARM] + row[PB_CANCEL];
-	pb_quiesce(im);
-	rss1 = bench_rss_bytes();
-	slab1 = pb_slab_bytes();
-	row[PB_BYTES] = ((double)rss1 - (double)rss0) / (double)n;
-	row[PB_KBYTES] = ((double)slab1 - (double)slab0) / (double)n;
+		/*
+		 * The idle rows go here, between the cancel and the arm: the N slots
+		 * are free, and the idle cancel, in the cancel row's order, hands the
+		 * arm row the records in the same order as the cancel row did.
+		 */
+		if (im->idle_arm) {
+			pb_progress(im, n, label, "idle arm");
+			im->in_loop(pb_idle_arm_job, &j);
+			row[PB_IDLE_ARM] = (double)j.ns / (double)n;
+			pb_quiesce(im);
+			pb_progress(im, n, label, "idle push-later");
+			im->in_loop(pb_idle_later_job, &j);
+			row[PB_IDLE_LATER] = (double)j.ns / (double)n;
+			pb_quiesce(im);
+			pb_progress(im, n, label, "idle cancel");
+			im->in_loop(pb_cancel_job, &j);
+			row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
+			pb_quiesce(im);
+			pb_no_strays(im, "idle");
+		}
+		pb_progress(im, n, label, "arm");
+		im->in_loop(pb_arm_job, &j);
+		row[PB_ARM] = (double)j.ns / (double)n;
+		row[PB_PAIR] = row[PB_ARM] + row[PB_CANCEL];
+		pb_quiesce(im);
+		if (cycle + 1 == pb_cycles) {
+			rss1 = bench_rss_bytes();
+			slab1 = pb_slab_bytes();
+			row[PB_BYTES] = ((double)rss1 - (double)rss0) / (double)n;
+			row[PB_KBYTES] = ((double)slab1 - (double)slab0) / (double)n;
+		}
 
-	pb_progress(im, n, label, "push-later");
-	im->in_loop(pb_later_job, &j);
-	row[PB_LATER] = (double)j.ns / (double)n;
-	pb_quiesce(im);
+		pb_progress(im, n, label, "push-later");
+		im->in_loop(pb_later_job, &j);
+		row[PB_LATER] = (double)j.ns / (double)n;
+		pb_quiesce(im);
+	}
 
 	pb_progress(im, n, label, "lateness");
 	pb_lateness(im, l, row);
@@ -1881,6 +1895,9 @@ static void pb_print_legend(const struct pb_opts *o)
 	else
 		printf("%sThe calling thread is not pinned: kairos_arm() takes records from the "
 		       "pool of the shard of the CPU it first armed from.\n", pre);
+	if (pb_cycles > 1)
+		printf("%sThe cancel, idle, arm and push-later rows ran %u times in a row on each "
+		       "instance; each shows its last time (--cycles).\n", pre, pb_cycles);
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (pb_impls[i]->missing) {
 			printf("%s%s: %s: its column is left out\n", pre, pb_impls[i]->name,
@@ -1936,6 +1953,7 @@ static void pb_usage(FILE *f)
 	fprintf(f,
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
+		"                         [--cycles K]\n"
 		"\n"
 		"The same workloads on kairos, kairos-loop, libev, libuv, libevent (those\n"
 		"found at build time) and one timerfd per timer, each value with its ratio\n"
@@ -1956,11 +1974,14 @@ static void pb_usage(FILE *f)
 		"  --pin CPU      run the calling thread (every loop, kairos's caller) on\n"
 		"                 that CPU only; kairos's own threads keep the process's\n"
 		"                 mask (default: not pinned)\n"
+		"  --cycles K     run the cancel, idle, arm and push-later rows K times in a\n"
+		"                 row on each instance and report the last (1..%u,\n"
+		"                 default 1: a fresh instance's first pass)\n"
 		"  -h, --help     this text\n"
 		"\n"
 		"libevent runs with its default flags (CLOCK_MONOTONIC_COARSE); set\n"
 		"EVENT_PRECISE_TIMER=1 in the environment for its precise clock.\n",
-		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N);
+		PB_MAX_N, PB_BIG_RUNS, PB_BIG_N, PB_MAX_CYCLES);
 }
 
 
@@ -2015,6 +2036,7 @@ int pb_main(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ "plot", required_argument, NULL, 'p' },
 		{ "pin", required_argument, NULL, 'P' },
+		{ "cycles", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pb_opts o = { .b = { .seed = 1 } };
@@ -2035,6 +2057,9 @@ int pb_main(int argc, char **argv)
 			break;
 		case 'P':
 			pb_pin_cpu = (int)opt_u64("--pin", optarg, 0, CPU_SETSIZE - 1);
+			break;
+		case 'C':
+			pb_cycles = (unsigned)opt_u64("--cycles", optarg, 1, PB_MAX_CYCLES);
 			break;
 		case 'h':
 			pb_usage(stdout);
