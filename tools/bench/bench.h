@@ -79,8 +79,8 @@ enum bench_floor {
  * the API loops read theirs), after what @how says: a call that takes a
  * delay must read a clock.  BENCH_FLOOR_CLOCK_ALONE times the clock read
  * with no record at all: what a call that reads the clock pays even when
- * everything it touches is in cache.  Return: ns per op.  Inlined with constant @how
- * and @id, so that no test is left in the loop.
+ * everything it touches is in cache.  Return: ns per op.  Inlined with
+ * constant @how and @id, so that no test is left in the loop.
  */
 static inline __attribute__((always_inline))
 double bench_cas_floor(char *recs, const uint32_t *order, size_t n, enum bench_floor how,
