@@ -277,9 +277,10 @@ static cpu_set_t pb_start_mask;
 
 /*
  * --cycles: the cancel, idle, arm and push-later rows run this many times
- * in a row on the same instance, and each reports its last time: with more
- * than one, what a server that has been running a while sees rather than a
- * fresh instance's first pass.
+ * in a row on the same instance, and each reports its last time, so that
+ * a row that changes as the instance ages shows it.  For kairos at small N
+ * the rows move with whether its shard takes the posts during the burst or
+ * after it (docs/BENCHMARKS.md).
  */
 #define PB_MAX_CYCLES	100u
 static unsigned pb_cycles = 1;
