@@ -40,13 +40,6 @@
 #include "wheel.h"
 
 #define KAIROS_HIDDEN	__attribute__((visibility("hidden")))
-/*
- * Thread-locals are initial-exec: one %fs-relative load, where the shared
- * library's default model calls __tls_get_addr() on every access (twice
- * per kairos_reset(), a fifth of its instructions).  The cost is that the
- * library takes static TLS space, a few dozen bytes beside tls_ts.
- */
-#define KAIROS_TLS	__attribute__((tls_model("initial-exec")))
 #define KAIROS_EXPORT	__attribute__((visibility("default")))
 #define CACHELINE	64
 
@@ -690,9 +683,9 @@ int service_enter(struct kairos *k);
 void service_leave(void);
 
 /* The service and timer whose callback this thread is running, if any. */
-extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN KAIROS_TLS;
-extern _Thread_local struct shard *tls_shard KAIROS_HIDDEN KAIROS_TLS;	/* on a shard thread */
-extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN KAIROS_TLS;
+extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
+extern _Thread_local struct shard *tls_shard KAIROS_HIDDEN;	/* on a shard thread */
+extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
 
 /* ---- a calling thread's state (thread.c) -----------------------------------
  * One per thread, for the service it called last; see thread.c.  Other
@@ -717,7 +710,7 @@ struct tstate {
 	struct tstate *next, *prev;	/* on k->threads, under k->thr_lock */
 };
 
-extern __thread struct tstate tls_ts KAIROS_HIDDEN KAIROS_TLS;
+extern __thread struct tstate tls_ts KAIROS_HIDDEN;
 
 struct tstate *ts_attach(struct kairos *k);
 struct shard *ts_pick(struct kairos *k);

@@ -9,11 +9,10 @@
 #include <stdbool.h>
 #include <sys/random.h>
 
-#include "internal.h"
 #include "jitter.h"
 
-static _Thread_local uint64_t jit_state KAIROS_TLS;
-static _Thread_local bool jit_seeded KAIROS_TLS;
+static _Thread_local uint64_t jit_state;
+static _Thread_local bool jit_seeded;
 
 static uint64_t jit_next(void)
 {

@@ -94,8 +94,8 @@ struct key_ref {
 #define KEY_CHECK_EVERY	128	/* a thread's inserts between two looks at the size */
 
 /* Which count stripe this thread adds to (0: not chosen yet), and its inserts. */
-static _Thread_local unsigned key_stripe_no KAIROS_TLS;
-static _Thread_local unsigned key_inserts KAIROS_TLS;
+static _Thread_local unsigned key_stripe_no;
+static _Thread_local unsigned key_inserts;
 static atomic_uint key_stripe_next;
 
 /* Adds @d to the table's node count, in this thread's stripe. */

@@ -34,8 +34,8 @@
 
 #include "internal.h"
 
-/* Initial-exec (KAIROS_TLS): a plain %fs-relative access. */
-__thread struct tstate tls_ts KAIROS_TLS;
+/* Initial-exec, as every thread-local here (meson.build): a plain %fs-relative access. */
+__thread struct tstate tls_ts;
 
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;

@@ -19,9 +19,9 @@
 #include "key.h"
 #include "timer.h"
 
-_Thread_local struct kairos *tls_service KAIROS_TLS;
-_Thread_local struct shard *tls_shard KAIROS_TLS;
-_Thread_local kairos_id tls_timer KAIROS_TLS;
+_Thread_local struct kairos *tls_service;
+_Thread_local struct shard *tls_shard;
+_Thread_local kairos_id tls_timer;
 
 /* Appends the runs @first..@last (@nruns of them): one lock and one signal. */
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns)
