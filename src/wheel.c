@@ -184,19 +184,19 @@ static uint32_t *log_mem(const struct wheel_log *lg, uint32_t cap)
 }
 
 /*
- * Makes room for one more entry in @lg (whose stale word is *@stale);
- * false when the log stops instead: it cannot grow, or more than half of it
- * would be stale.  A stopped log is still right as far as it goes: the
- * records filed after it stopped are all behind its last entry's.
+ * Makes room for one more entry in @lg; false when the log stops instead:
+ * it cannot grow, or more than half of it would be stale.  A stopped log is
+ * still right as far as it goes: the records filed after it stopped are
+ * all behind its last entry's.
  */
-static bool log_grow(struct wheel_log *lg, uint32_t *stale)
+static bool log_grow(struct wheel_log *lg)
 {
 	uint32_t cap = lg->cap ? lg->cap * 2 : WHEEL_LOG_MIN;
 	uint32_t *ent;
 
-	if (*stale & WHEEL_LOG_STOP)
+	if (lg->stale & WHEEL_LOG_STOP)
 		return false;
-	if (*stale > lg->len / 2 + WHEEL_LOG_MIN || cap <= lg->cap)
+	if (lg->stale > lg->len / 2 + WHEEL_LOG_MIN || cap <= lg->cap)
 		goto stop;
 	ent = log_mem(lg, cap);
 	if (!ent)
@@ -205,23 +205,23 @@ static bool log_grow(struct wheel_log *lg, uint32_t *stale)
 	lg->cap = cap;
 	return true;
 stop:
-	*stale |= WHEEL_LOG_STOP;
+	lg->stale |= WHEEL_LOG_STOP;
 	return false;
 }
 
 /* Notes @t as appended to the list of @lg. */
-static inline void log_add(struct wheel_log *lg, uint32_t *stale, const struct wheel_timer *t)
+static inline void log_add(struct wheel_log *lg, const struct wheel_timer *t)
 {
-	if (__builtin_expect(lg->len == lg->cap, 0) && !log_grow(lg, stale))
+	if (__builtin_expect(lg->len == lg->cap, 0) && !log_grow(lg))
 		return;
 	lg->ent[lg->len++] = log_key(t);
 }
 
 /* Notes that a record left the list of @lg, which still holds others. */
-static inline void log_stale(uint32_t *stale)
+static inline void log_stale(struct wheel_log *lg)
 {
-	if (!(*stale & WHEEL_LOG_STOP))
-		++*stale;
+	if (!(lg->stale & WHEEL_LOG_STOP))
+		lg->stale++;
 }
 
 /*
@@ -229,7 +229,7 @@ static inline void log_stale(uint32_t *stale)
  * goes: a slot of a higher level is empty for a whole turn of its level once
  * visited, and the logs kept would add up to every slot's largest.
  */
-static void log_reset(struct wheel_log *lg, uint32_t *stale)
+static void log_reset(struct wheel_log *lg)
 {
 	if (lg->cap > WHEEL_LOG_KEEP) {
 		log_free(lg->ent, lg->cap);
@@ -237,7 +237,7 @@ static void log_reset(struct wheel_log *lg, uint32_t *stale)
 		lg->cap = 0;
 	}
 	lg->len = 0;
-	*stale = 0;
+	lg->stale = 0;
 }
 
 /* Starts loading the record whose log entry is @key, near @near in memory. */
@@ -362,7 +362,6 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->ndue = 0;
 	link_init(&w->due);
 	w->due_log = (struct wheel_log){ 0 };
-	w->due_stale = 0;
 	w->due_at = 0;
 	w->due_pf = 0;
 	link_init(&w->overflow);
@@ -372,7 +371,6 @@ void wheel_init(struct wheel *w, uint64_t now)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
 			link_init(&w->slot[g][s]);
 			w->log[g][s] = (struct wheel_log){ 0 };
-			w->log_stale[g][s] = 0;
 		}
 	}
 }
@@ -385,7 +383,6 @@ void wheel_fini(struct wheel *w)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
 			log_free(w->log[g][s].ent, w->log[g][s].cap);
 			w->log[g][s] = (struct wheel_log){ 0 };
-			w->log_stale[g][s] = 0;
 		}
 	}
 	log_free(w->due_log.ent, w->due_log.cap);
@@ -417,14 +414,14 @@ static inline void make_due(struct wheel *w, struct wheel_timer *t)
 {
 	t->where = WHEEL_DUE;
 	link_append(&w->due, &t->link);
-	log_add(&w->due_log, &w->due_stale, t);
+	log_add(&w->due_log, t);
 	w->ndue++;
 }
 
 /* The due list emptied: its log starts afresh. */
 static inline void due_reset(struct wheel *w)
 {
-	log_reset(&w->due_log, &w->due_stale);
+	log_reset(&w->due_log);
 	w->due_at = 0;
 	w->due_pf = 0;
 }
@@ -455,7 +452,7 @@ static void file(struct wheel *w, struct wheel_timer *t, uint64_t fire)
 	s = (unsigned)(fire >> (WHEEL_BITS * g)) & WHEEL_MASK;
 	t->where = (uint16_t)(1 + g * WHEEL_SLOTS + s);
 	link_append(&w->slot[g][s], &t->link);
-	log_add(&w->log[g][s], &w->log_stale[g][s], t);
+	log_add(&w->log[g][s], t);
 	w->occupied[g] |= UINT64_C(1) << s;
 }
 
@@ -469,16 +466,16 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 		if (--w->ndue == 0)
 			due_reset(w);
 		else
-			log_stale(&w->due_stale);
+			log_stale(&w->due_log);
 	} else if (where != WHEEL_OVERFLOW) {
 		unsigned g = level_of(where), s = slot_of(where);
 
 		if (link_empty(&w->slot[g][s])) {
 			w->occupied[g] &= ~(UINT64_C(1) << s);
 			/* Starts afresh. */
-			log_reset(&w->log[g][s], &w->log_stale[g][s]);
+			log_reset(&w->log[g][s]);
 		} else {
-			log_stale(&w->log_stale[g][s]);
+			log_stale(&w->log[g][s]);
 		}
 	}
 }
@@ -620,7 +617,7 @@ static uint64_t visit_first_slot(struct wheel *w, unsigned g, bool flush)
 
 	w->occupied[g] &= ~(UINT64_C(1) << s);
 	n = visit_list(w, &w->slot[g][s], &w->log[g][s], flush);
-	log_reset(&w->log[g][s], &w->log_stale[g][s]);
+	log_reset(&w->log[g][s]);
 	return n;
 }
 
@@ -733,13 +730,6 @@ static bool check_fire(const struct wheel_check_ops *ops, const struct wheel_tim
 	return true;
 }
 
-/*
- * Checks a slot's log against its list of @n records.  While the log has not
- * stopped, every record filed since the slot was last empty left an entry
- * and every one taken out left a stale one, and the list's records appear
- * in it in list order (what the visit's matching relies on to stay behind
- * the true entry).
- */
 /* Whether the records of the list @head appear in @lg from entry @at on, in list order. */
 static bool check_log_order(const struct wheel_log *lg, const struct wheel_link *head, uint32_t at)
 {
@@ -755,18 +745,24 @@ static bool check_log_order(const struct wheel_log *lg, const struct wheel_link 
 	return true;
 }
 
+/*
+ * Checks a slot's log against its list of @n records.  While the log has not
+ * stopped, every record filed since the slot was last empty left an entry
+ * and every one taken out left a stale one, and the list's records appear
+ * in it in list order (what the visit's matching relies on to stay behind
+ * the true entry).
+ */
 static const char *check_log(const struct wheel *w, unsigned g, unsigned s, uint64_t n)
 {
 	const struct wheel_log *lg = &w->log[g][s];
-	uint32_t stale = w->log_stale[g][s];
 
 	if (lg->len > lg->cap || (lg->cap && !lg->ent))
 		return "slot log longer than its memory";
-	if (!n && (lg->len || stale))
+	if (!n && (lg->len || lg->stale))
 		return "empty slot with a log";
-	if (stale & WHEEL_LOG_STOP)
+	if (lg->stale & WHEEL_LOG_STOP)
 		return NULL;
-	if (lg->len != n + stale)
+	if (lg->len != n + lg->stale)
 		return "slot log's length is not its records plus its stale entries";
 	if (!check_log_order(lg, &w->slot[g][s], 0))
 		return "record missing from its slot's log (or out of list order)";
@@ -782,9 +778,9 @@ static const char *check_due_log(const struct wheel *w)
 		return "due log longer than its memory";
 	if (w->due_at > lg->len || w->due_pf > lg->len)
 		return "pops' place beyond the due log";
-	if (!w->ndue && (lg->len || w->due_stale || w->due_at))
+	if (!w->ndue && (lg->len || lg->stale || w->due_at))
 		return "empty due list with a log";
-	if (!(w->due_stale & WHEEL_LOG_STOP) && !check_log_order(lg, &w->due, w->due_at))
+	if (!(lg->stale & WHEEL_LOG_STOP) && !check_log_order(lg, &w->due, w->due_at))
 		return "due record missing from the due log after the pops' place";
 	return NULL;
 }

@@ -64,7 +64,8 @@ struct wheel_timer {
 struct wheel_log {
 	uint32_t *ent;
 	uint32_t len, cap;
-};
+	uint32_t stale;		/* its stale entries; WHEEL_LOG_STOP once it stopped */
+} __attribute__((aligned(32)));	/* a power of two: a slot's log is found by a shift */
 
 struct wheel {
 	uint64_t curr;			/* every fire tick <= curr has been expired */
@@ -73,7 +74,6 @@ struct wheel {
 	uint64_t occupied[WHEEL_LEVELS];	/* bit s set iff slot[level][s] is non-empty */
 	struct wheel_link due;		/* expired records in firing order */
 	struct wheel_log due_log;	/* the due list's log (a slot's, for pops) */
-	uint32_t due_stale;		/* its stale word */
 	uint32_t due_at, due_pf;	/* pops' place in it: matched, prefetched */
 	struct wheel_link overflow;
 	uint64_t overflow_visit;	/* first tick of the earliest 2^48 block
@@ -81,8 +81,6 @@ struct wheel {
 					 * bound); UINT64_MAX when none */
 	struct wheel_link slot[WHEEL_LEVELS][WHEEL_SLOTS];
 	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
-	/* Per slot: its log's stale entries; WHEEL_LOG_STOP once it stopped. */
-	uint32_t log_stale[WHEEL_LEVELS][WHEEL_SLOTS];
 };
 
 /* Sets up an empty wheel whose current tick is @now.  Allocates nothing. */

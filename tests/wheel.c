@@ -1499,7 +1499,7 @@ START_TEST(test_wheel_log_stops_and_restarts)
 	T_UINT_GE(wheel_log_bytes(w), N * sizeof(uint32_t));
 	t_check(w);
 	/* Take out and put back all but record 0 until the log stops growing. */
-	while (!(w->log_stale[g][s] >> 31)) {
+	while (!(w->log[g][s].stale >> 31)) {
 		T_UINT_LT(++rounds, 64);
 		for (unsigned i = 1; i < N; i++) {
 			T_INT_EQ(wheel_del(w, &t[i]), 0);
@@ -1527,7 +1527,7 @@ START_TEST(test_wheel_log_stops_and_restarts)
 	T_ASSERT(wheel_pop(w) == NULL);
 	t_check(w);
 	T_UINT_EQ(w->log[g][s].len, 0);
-	T_UINT_EQ(w->log_stale[g][s], 0);
+	T_UINT_EQ(w->log[g][s].stale, 0);
 	T_UINT_EQ(w->due_log.len, 0);
 	/* The slot logs afresh. */
 	T_INT_EQ(wheel_add(w, &t[0], w->curr + 5 * 4096, 0), 0);
