@@ -339,10 +339,11 @@ uint64_t lat_bucket_upper(unsigned b);
  * What is counted per expiry: fired one-shots, periodic runs, early
  * callbacks and the lateness histogram.  Each shard has a lane of its own
  * (struct shard.own: inline delivery, queue drainers) and one per worker,
- * up to WORKER_LANES (worker i uses lane i % WORKER_LANES): a shard's
- * workers used to write one fired count and the same lateness bucket (a
- * burst of expiries has one lateness) on every callback, and those lines
- * went from core to core.  kairos_stats() adds all lanes up.
+ * up to WORKER_LANES (worker i uses lane i % WORKER_LANES): with one set
+ * of counters per shard, every worker would write the same fired count and
+ * the same lateness bucket (a burst of expiries has one lateness) on every
+ * callback, and those lines would go from core to core.  kairos_stats()
+ * adds all lanes up.
  */
 #define WORKER_LANES	8
 
@@ -458,9 +459,9 @@ struct kairos;
 
 /*
  * Written by the shard thread and its workers only: arms and cancels count
- * in the calling threads' own state (thread.c), and pending is derived.
+ * in the calling threads' own state (thread.c), expiries in struct
+ * expiry_lane, and pending is derived.
  */
-/* The rest are counted per expiry, in struct expiry_lane. */
 struct shard_stats {
 	_Atomic uint64_t finished;	/* one-shot callbacks that returned */
 	_Atomic uint64_t cancelled;	/* periodic timers stopped while running */

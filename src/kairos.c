@@ -1247,12 +1247,6 @@ KAIROS_EXPORT int kairos_now(struct kairos *k, uint64_t *now_ns)
 	return 0;
 }
 
-/*
- * Adds up every shard's and every calling thread's counters into @out.  Call
- * with thr_lock held (ts_lock()), inside the read-side section or after the
- * shards have stopped.  What ended is read before what was armed, so the
- * derived pending count never goes below 0.
- */
 /* Adds lane @l's counts into @out, its histogram into @bucket and *@total. */
 static void lane_add(const struct expiry_lane *l, struct kairos_stats *out, uint64_t *bucket,
 		     uint64_t *total)
@@ -1273,6 +1267,12 @@ static void lane_add(const struct expiry_lane *l, struct kairos_stats *out, uint
 		out->lateness_max_ns = max;
 }
 
+/*
+ * Adds up every shard's and every calling thread's counters into @out.  Call
+ * with thr_lock held (ts_lock()), inside the read-side section or after the
+ * shards have stopped.  What ended is read before what was armed, so the
+ * derived pending count never goes below 0.
+ */
 static void stats_collect(struct kairos *k, struct kairos_stats *out)
 {
 	uint64_t bucket[LAT_BUCKETS] = { 0 }, total = 0, finished = 0, armed, cancelled;

@@ -126,11 +126,20 @@ void shard_wake(struct shard *s)
 	}
 }
 
+/* Retires @r: into @rb when the caller ends many in a row, else at once. */
+static void retire(struct shard *s, struct rec *r, struct rbundle *rb)
+{
+	if (rb)
+		rbundle_add(s->k, s, rb, r);
+	else
+		table_retire(s->k, s, r);
+}
+
 /*
  * Ends record @r whose state word was @old: wakes cancel_sync waiters, gives
- * back its place under max_timers, and retires it: into @rb when the caller
- * ends many in a row, else at once.  The caller counts how it ended (which
- * takes it out of the derived pending count).
+ * back its place under max_timers, and retires it (into @rb, if given).
+ * The caller counts how it ended (which takes it out of the derived
+ * pending count).
  */
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb)
 {
@@ -140,10 +149,7 @@ void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb)
 		atomic_fetch_sub_explicit(&s->k->total_pending, 1, memory_order_relaxed);
 	if (r->wt.where != WHEEL_NONE)
 		kairos_die("ended record still in the wheel");
-	if (rb)
-		rbundle_add(s->k, s, rb, r);
-	else
-		table_retire(s->k, s, r);
+	retire(s, r, rb);
 }
 
 /* Makes the wheel agree with one posted record; cancelled ones go to @rb. */
@@ -801,10 +807,7 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
 
 	if (st == ST_CANCELLED) {
 		/* Cancelled while queued for delivery: the canceller counted it. */
-		if (rb)
-			rbundle_add(k, s, rb, r);
-		else
-			table_retire(k, s, r);
+		retire(s, r, rb);
 		return;
 	}
 	if (st != ST_PENDING && st != ST_FIRING && st != ST_PARKED)
