@@ -1035,8 +1035,12 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
 KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n,
 				 uint64_t delay_ns, int *results)
 {
+	/* The lookups of the RESET_AHEAD ids ahead, each loading its record. */
+	struct {
+		struct rec *r;
+		struct shard *s;
+	} ahead[RESET_AHEAD] = { { 0 } };
 	uint64_t deadline_ns;
-	struct shard *s;
 	int rc, moved = 0;
 
 	if (!k)
@@ -1054,13 +1058,16 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 		goto out;
 	}
 	for (unsigned i = 0; i < n && i < RESET_AHEAD; i++)
-		(void)prefetch_rec(k, ids[i], &s);
+		ahead[i].r = prefetch_rec(k, ids[i], &ahead[i].s);
 	for (unsigned i = 0; i < n; i++) {
+		unsigned a = i % RESET_AHEAD;
+		struct rec *r = ahead[a].r;
+		struct shard *s = ahead[a].s;
 		int one;
 
 		if (i + RESET_AHEAD < n)
-			(void)prefetch_rec(k, ids[i + RESET_AHEAD], &s);
-		one = ids[i] ? reset(k, ids[i], deadline_ns) : -EINVAL;
+			ahead[a].r = prefetch_rec(k, ids[i + RESET_AHEAD], &ahead[a].s);
+		one = ids[i] ? reset_rec(k, ids[i], s, r, deadline_ns) : -EINVAL;
 		moved += one == 0;
 		if (results)
 			results[i] = one;
