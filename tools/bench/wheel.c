@@ -758,10 +758,11 @@ static double wb_expire_all(const struct bench_queue_ops *ops, void *q, size_t n
 static void wb_expect(const struct bench_queue_ops *ops, const void *q, uint64_t count,
 		      const char *phase, bool verify, size_t n, double *extra)
 {
+	double held = ops->extra_bytes ? (double)ops->extra_bytes(q) / (double)n : 0;
 	const char *why = NULL;
 
-	if (ops->extra_bytes && (double)ops->extra_bytes(q) / (double)n > *extra)
-		*extra = (double)ops->extra_bytes(q) / (double)n;
+	if (held > *extra)
+		*extra = held;
 
 	if (ops->count(q) != count)
 		bench_die("%s: after %s: %" PRIu64 " records, expected %" PRIu64,
@@ -782,10 +783,10 @@ static void wb_run_queue(const struct bench_queue_ops *ops, const struct wb_work
 			 double *extra)
 {
 	size_t n = wl->n;
-
-	*extra = 0;
 	char *recs = bench_alloc(n * ops->rec_size);
 	void *q = ops->create(n, 0);
+
+	*extra = 0;
 
 	wb_progress(n, label, ops, "add");
 	ns[WB_ADD] = wb_add_all(ops, q, recs, wl->add_order, wl->add_deadline, wl->add_slack, n);
