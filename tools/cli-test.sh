@@ -10,6 +10,8 @@
 #   cli-test.sh sigint STRESS         SIGINT during a run: the report of what
 #                                     ran, "interrupted", exit status 130
 #   cli-test.sh opt-equals SERVER LOAD  --opt=value works as --opt value
+#   cli-test.sh scale BENCH           a short scale run: a row per thread count,
+#                                     the shard threads' CPU read and in range
 set -u
 
 fail() {
@@ -80,8 +82,23 @@ opt-equals)
 	echo "$out" | grep -q '^server: ok$' || fail "kairos-idle-server --opt=value: $out"
 	expect_bad '^kairos-idle-load: --interval: 60 is over half of --idle \(100\)$' \
 		"$load" --port=1 --idle=100 --interval=60 ;;
+scale)
+	bench=$2
+	out=$("$bench" scale --threads 1,2 --per-thread 1000 --seconds 0.2 --runs 1 2>/dev/null) ||
+		fail "kairos-bench scale: exit status $?: $out"
+	echo "$out" | grep -v '^#'
+	for t in 1 2; do
+		row=$(echo "$out" | grep -E "^$t +[0-9]") || fail "no row for T=$t"
+		# The last field: the busiest shard's CPU and the mean, "max%/ mean%".
+		cpu=$(echo "$row" | sed -E 's/.* ([0-9]+)%\/ *([0-9]+)%$/\1 \2/')
+		read -r max mean <<<"$cpu"
+		[[ "$max" =~ ^[0-9]+$ && "$mean" =~ ^[0-9]+$ ]] || fail "T=$t: no shard CPU in '$row'"
+		# Calls post to a shard, so some shard thread worked; none beyond the wall.
+		[ "$max" -ge 1 ] && [ "$max" -le 105 ] && [ "$mean" -le "$max" ] ||
+			fail "T=$t: shard CPU $max%/$mean% out of range"
+	done ;;
 *)
-	sed -n '4,12p' "$0" >&2
+	sed -n '4,14p' "$0" >&2
 	exit 2 ;;
 esac
 echo "cli-test: $1: ok"

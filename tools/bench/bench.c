@@ -2,6 +2,7 @@
 /*
  * bench.c - helpers shared by every mode of kairos-bench; see bench.h.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -161,6 +162,51 @@ uint64_t bench_rss_bytes(void)
 		bench_die("cannot read /proc/self/statm");
 	fclose(f);
 	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* The first line of /proc/self/task/@tid/@what into @buf, or false. */
+static bool task_read(const char *tid, const char *what, char *buf, size_t len)
+{
+	char path[300];
+	FILE *f;
+	bool ok;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/%s", tid, what);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	ok = fgets(buf, (int)len, f) != NULL;
+	fclose(f);
+	return ok;
+}
+
+size_t bench_task_cpu(const char *prefix, struct bench_task_cpu *out, size_t max)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	size_t n = 0, plen = strlen(prefix);
+
+	if (!d)
+		bench_die("cannot open /proc/self/task: %s", strerror(errno));
+	while ((e = readdir(d)) != NULL) {
+		char comm[64], stat[128];
+		unsigned long long ns;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		if (!task_read(e->d_name, "comm", comm, sizeof(comm)) ||
+		    strncmp(comm, prefix, plen) != 0)
+			continue;
+		if (!task_read(e->d_name, "schedstat", stat, sizeof(stat)))
+			continue;	/* it exited */
+		if (sscanf(stat, "%llu", &ns) != 1)
+			bench_die("cannot read /proc/self/task/%s/schedstat", e->d_name);
+		if (n < max)
+			out[n] = (struct bench_task_cpu){ atoi(e->d_name), (uint64_t)ns };
+		n++;
+	}
+	closedir(d);
+	return n;
 }
 
 void bench_sleep_ns(uint64_t ns)

@@ -178,6 +178,19 @@ void bench_sleep_ns(uint64_t ns);
 void bench_settle_until(uint64_t give_up);
 void bench_settle(void);
 
+/* One thread of this process and the CPU time it has had. */
+struct bench_task_cpu {
+	int tid;
+	uint64_t ns;	/* on-CPU time, /proc/self/task/TID/schedstat */
+};
+
+/*
+ * The threads of this process whose name begins with @prefix, at most @max
+ * of them into @out, and how many there were.  Dies when /proc cannot be
+ * read; a thread that exits while being read is left out.
+ */
+size_t bench_task_cpu(const char *prefix, struct bench_task_cpu *out, size_t max);
+
 /* The CPU model, the CPUs online and the kernel release, on one line. */
 void bench_machine(char *buf, size_t len);
 

@@ -47,6 +47,8 @@
 #define SC_GOAL_SELF	1.6		/* kairos at SC_GOAL_T over kairos at T=1 */
 #define SC_GOAL_HEAP	3.0		/* kairos over the locked heap at SC_GOAL_T */
 #define SC_GOAL_CPUS	2L		/* the CPUs the goal is set for */
+#define SC_SHARD_THREAD	"kairos-shard-"	/* kairos's shard threads' names */
+#define SC_MAX_SHARDS	256u
 
 struct sc_opts {
 	unsigned int threads[SC_MAX_TLIST];
@@ -498,14 +500,45 @@ static void *sc_thread_main(void *arg)
 	return NULL;
 }
 
-/* Aggregate calls per second of @nt threads on a fresh @im. */
-static double sc_measure(const struct sc_opts *o, const struct sc_impl *im, unsigned int nt,
-			 uint64_t seed)
+/*
+ * How busy kairos's shard threads were from @t0 to @t1, given their CPU
+ * times then (@before, @nb of them) and now: the busiest one's share of the
+ * wall into busy[0], the mean over them into busy[1].
+ */
+static void sc_shard_busy(const struct bench_task_cpu *before, size_t nb, uint64_t t0,
+			  uint64_t t1, double busy[2])
 {
+	static struct bench_task_cpu after[SC_MAX_SHARDS];
+	size_t na = bench_task_cpu(SC_SHARD_THREAD, after, SC_MAX_SHARDS), n = 0;
+	double max = 0, sum = 0;
+
+	for (size_t i = 0; i < nb; i++)
+		for (size_t j = 0; j < na && j < SC_MAX_SHARDS; j++) {
+			double f;
+
+			if (after[j].tid != before[i].tid)
+				continue;
+			f = (double)(after[j].ns - before[i].ns) / (double)(t1 - t0);
+			max = f > max ? f : max;
+			sum += f;
+			n++;
+		}
+	busy[0] = max;
+	busy[1] = n ? sum / (double)n : 0;
+}
+
+/*
+ * Aggregate calls per second of @nt threads on a fresh @im; for kairos,
+ * how busy its shard threads were over the mix into @busy (sc_shard_busy()).
+ */
+static double sc_measure(const struct sc_opts *o, const struct sc_impl *im, unsigned int nt,
+			 uint64_t seed, double busy[2])
+{
+	static struct bench_task_cpu shard0[SC_MAX_SHARDS];
 	struct sc_thread *t = bench_alloc(nt * sizeof(*t));
-	size_t slots = (size_t)nt * o->per_thread;
+	size_t slots = (size_t)nt * o->per_thread, nshard = 0;
 	pthread_barrier_t armed, go;
-	uint64_t t0, end = 0, calls = 0;
+	uint64_t t0, t1, end = 0, calls = 0;
 	int rc;
 
 	im->start(o, slots);
@@ -528,6 +561,8 @@ static double sc_measure(const struct sc_opts *o, const struct sc_impl *im, unsi
 	sc_barrier_wait(&armed);
 	/* kairos's shards file the arms before the clock starts. */
 	bench_settle();
+	if (im == &sc_kairos)
+		nshard = bench_task_cpu(SC_SHARD_THREAD, shard0, SC_MAX_SHARDS);
 	sc_barrier_wait(&go);
 	t0 = bench_now_ns();
 	bench_sleep_ns((uint64_t)(o->seconds * 1e9));
@@ -539,6 +574,10 @@ static double sc_measure(const struct sc_opts *o, const struct sc_impl *im, unsi
 		end = t[i].end_ns > end ? t[i].end_ns : end;
 		calls += t[i].calls;
 	}
+	t1 = bench_now_ns();
+	if (im == &sc_kairos)
+		sc_shard_busy(shard0, nshard < SC_MAX_SHARDS ? nshard : SC_MAX_SHARDS, t0, t1,
+			      busy);
 	im->stop(slots);
 	if (im == &sc_heap)
 		sh_calls_total += calls;
@@ -599,8 +638,10 @@ static void sc_print_legend(const struct sc_opts *o)
 	       "reads CLOCK_MONOTONIC (the heap's outside its lock)\n");
 	printf("# calls/s: all threads' calls over the wall time from the start to the last "
 	       "thread's stop; per thread: that over T; x T=1: over the\n");
-	printf("#   same column's T=1; kairos/heap: at the same T.  Medians over the runs; the "
-	       "two take turns going first.\n\n");
+	printf("#   same column's T=1; kairos/heap: at the same T; shard CPU: each kairos shard "
+	       "thread's CPU time over the same wall time,\n");
+	printf("#   the busiest one's and the mean (100%%: a shard thread never slept).  Medians "
+	       "over the runs; the two take turns going first.\n\n");
 }
 
 /* The index of the first @nt in the thread list, or -1. */
@@ -638,7 +679,8 @@ static void sc_print_goal(const struct sc_opts *o, double (*med)[SC_MAX_TLIST])
 static void sc_run(const struct sc_opts *o)
 {
 	double (*v)[SC_MAX_TLIST][SC_NIMPL] = bench_alloc(o->b.runs * sizeof(*v));
-	double med[SC_NIMPL][SC_MAX_TLIST];
+	double (*busy)[SC_MAX_TLIST][2] = bench_alloc(o->b.runs * sizeof(*busy));
+	double med[SC_NIMPL][SC_MAX_TLIST], busy_med[SC_MAX_TLIST][2];
 	int one = sc_row_of(o, 1);
 
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
@@ -653,7 +695,8 @@ static void sc_run(const struct sc_opts *o)
 
 				bench_progress("kairos-bench scale: T=%u run %u/%u: %s", nt,
 					       run + 1, o->b.runs, sc_impls[i]->name);
-				v[run][ti][i] = sc_measure(o, sc_impls[i], nt, seed);
+				v[run][ti][i] = sc_measure(o, sc_impls[i], nt, seed,
+							   busy[run][ti]);
 			}
 		}
 	}
@@ -670,14 +713,26 @@ static void sc_run(const struct sc_opts *o)
 			med[i][ti] = bench_aggregate(BENCH_MEDIAN, &v[0][ti][i],
 						     SC_MAX_TLIST * SC_NIMPL, o->b.runs);
 		}
+	for (unsigned int ti = 0; ti < o->nthreads; ti++)
+		for (size_t j = 0; j < 2; j++) {
+			if (o->b.raw) {
+				printf("T=%-3u %-12s", o->threads[ti], j ? "shard mean %" :
+				       "shard max %");
+				bench_raw_runs(&busy[0][ti][j], SC_MAX_TLIST * 2, o->b.runs, 8, 1,
+					       0.01);
+			}
+			busy_med[ti][j] = bench_aggregate(BENCH_MEDIAN, &busy[0][ti][j],
+							  SC_MAX_TLIST * 2, o->b.runs);
+		}
 	if (o->b.raw)
 		printf("\n");
 
 	printf("kairos-bench scale: P=%" PRIu64 " timers per thread, shards=%u, %.1f s per "
 	       "measurement, runs=%u, seed=%" PRIu64 " (medians)\n", o->per_thread, o->shards,
 	       o->seconds, o->b.runs, o->b.seed);
-	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s\n", "threads", "kairos Mcalls/s",
-	       "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1", "kairos/heap");
+	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s  %14s\n", "threads", "kairos Mcalls/s",
+	       "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1", "kairos/heap",
+	       "shard CPU max/mean");
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
 		unsigned int nt = o->threads[ti];
 		char self[SC_NIMPL][16];
@@ -688,9 +743,10 @@ static void sc_run(const struct sc_opts *o)
 			else
 				snprintf(self[i], sizeof(self[i]), "%.2fx",
 					 med[i][ti] / med[i][one]);
-		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx\n", nt,
-		       med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
-		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti]);
+		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx  %13.0f%%/%3.0f%%\n",
+		       nt, med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
+		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti],
+		       busy_med[ti][0] * 100, busy_med[ti][1] * 100);
 	}
 	printf("locked heap: %" PRIu64 " timerfd_settime() calls (arming included) over %"
 	       PRIu64 " calls, all its measurements: its minimum rarely moves\n",
@@ -698,6 +754,7 @@ static void sc_run(const struct sc_opts *o)
 	sc_print_goal(o, med);
 	printf("\n");
 	fflush(stdout);
+	free(busy);
 	free(v);
 }
 
@@ -780,7 +837,7 @@ int sc_main(int argc, char **argv)
 			o.per_thread = opt_u64("--per-thread", optarg, 1, SC_MAX_PER);
 			break;
 		case 'S':
-			o.shards = (unsigned int)opt_u64("--shards", optarg, 1, 256);
+			o.shards = (unsigned int)opt_u64("--shards", optarg, 1, SC_MAX_SHARDS);
 			break;
 		case 'd':
 			o.seconds = opt_double("--seconds", optarg, 0.1, 600);
