@@ -554,6 +554,9 @@ struct shard {
 	_Atomic unsigned nchunks;
 	_Atomic(struct rec_chunk *) chunk[MAX_CHUNKS];
 
+	/* Calling threads that arm on this shard (thread.c): changed on join, move and leave. */
+	_Atomic unsigned callers;
+
 	struct dqueue dq;
 	pthread_t *workers;
 	unsigned nworkers;

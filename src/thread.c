@@ -51,9 +51,16 @@ static void thr_unlock(struct kairos *k)
 	mutex_unlock(&k->thr_lock);
 }
 
+/* One calling thread more (@d = 1) or fewer (@d = -1) arms on @s. */
+static void ts_count(struct shard *s, int d)
+{
+	atomic_fetch_add_explicit(&s->callers, (unsigned)d, memory_order_relaxed);
+}
+
 /* Takes @t off @k's list (thr_lock held), folding its counts into the base. */
 static void ts_unlink(struct kairos *k, struct tstate *t)
 {
+	ts_count(t->s, -1);
 	atomic_fetch_add_explicit(&k->base.armed, ts_read(&t->armed), memory_order_release);
 	atomic_fetch_add_explicit(&k->base.cancelled, ts_read(&t->cancelled),
 				  memory_order_release);
@@ -117,12 +124,39 @@ struct shard *ts_pick(struct kairos *k)
 }
 
 /*
+ * The shard a joining thread arms on: its CPU's (ts_pick()), unless another
+ * shard has fewer calling threads; then the first such after it.  Threads
+ * that each run on a CPU of their own get their CPUs' shards, and threads
+ * that first call from one CPU (as new threads often do) still spread.  The
+ * counts are read without a lock, so two threads joining at once may pick
+ * alike; nothing depends on the balance but speed.
+ */
+static struct shard *ts_pick_join(struct kairos *k)
+{
+	struct shard *s = ts_pick(k), *best = s;
+	unsigned least = atomic_load_explicit(&s->callers, memory_order_relaxed);
+
+	if (tls_shard && tls_shard->k == k)
+		return s;
+	for (unsigned i = 1; i < k->nshards && least > 0; i++) {
+		struct shard *o = k->shards[(s->index + i) % k->nshards];
+		unsigned n = atomic_load_explicit(&o->callers, memory_order_relaxed);
+
+		if (n < least) {
+			least = n;
+			best = o;
+		}
+	}
+	return best;
+}
+
+/*
  * ts_attach - the slow path of ts_for(): leaves the service this thread was
  * on and joins @k, outside any read-side section (it takes locks).
  *
- * The shard it arms on is the one of the CPU it runs on now, kept while it
- * stays: a thread that the scheduler moves keeps arming on the same shard,
- * so the records it cancels come back to the pool it takes from.
+ * The shard it arms on is chosen by ts_pick_join() and kept while it stays:
+ * a thread that the scheduler moves keeps arming on the same shard, so the
+ * records it cancels come back to the pool it takes from.
  *
  * NULL when @k is being destroyed, or when the thread cannot be made to hand
  * its state back at exit (no key slot); such calls count on the service's
@@ -145,7 +179,8 @@ struct tstate *ts_attach(struct kairos *k)
 		thr_unlock(k);
 		return NULL;
 	}
-	t->s = ts_pick(k);
+	t->s = ts_pick_join(k);
+	ts_count(t->s, 1);
 	t->free = NULL;
 	t->prev = NULL;
 	t->next = k->threads;
@@ -167,6 +202,8 @@ void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
 	if (t->free)
 		table_give_back(k, t->s, t->free);
 	t->free = NULL;
+	ts_count(t->s, -1);
+	ts_count(s, 1);
 	t->s = s;
 }
 

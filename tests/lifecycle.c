@@ -11,6 +11,8 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -776,6 +778,111 @@ START_TEST(test_lifecycle_thread_names)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Which shard a calling thread arms on                                */
+
+enum { SPREAD_SHARDS = 4 };
+
+static struct kairos *spread_k;
+static int spread_cpu;			/* the one CPU every joining thread runs on */
+static pthread_barrier_t spread_leave;
+
+struct spread_thread {
+	sem_t armed;
+	unsigned shard;			/* out: the shard its timer went to */
+	bool wait;			/* stay until spread_leave */
+	struct t_timer tm;
+};
+
+static void *spread_main(void *arg)
+{
+	struct spread_thread *st = arg;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(spread_cpu, &set);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof(set), &set), 0);
+	ck_assert_int_eq(sched_getcpu(), spread_cpu);
+	ck_assert_int_eq(t_arm(spread_k, &tt, &st->tm, 60 * T_SEC), 0);
+	st->shard = id_shard(st->tm.id);
+	sem_post(&st->armed);
+	if (st->wait)
+		pthread_barrier_wait(&spread_leave);
+	ck_assert_int_eq(kairos_cancel(spread_k, st->tm.id), 0);
+	atomic_fetch_add(&tt.cancelled, 1);
+	return NULL;
+}
+
+/* Starts a thread on spread_cpu and waits until it has armed its timer. */
+static pthread_t spread_start(struct spread_thread *st, bool wait)
+{
+	pthread_t th;
+
+	st->wait = wait;
+	ck_assert_int_eq(sem_init(&st->armed, 0, 0), 0);
+	t_timer_init(&st->tm, &tt, 0, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, spread_main, st), 0);
+	while (sem_wait(&st->armed) != 0)
+		ck_assert_int_eq(errno, EINTR);
+	sem_destroy(&st->armed);
+	return th;
+}
+
+static unsigned callers(struct kairos *k, unsigned shard)
+{
+	return atomic_load(&k->shards[shard]->callers);
+}
+
+/*
+ * A thread arms on the shard of the CPU it first calls from, unless another
+ * shard has fewer calling threads: threads that all start on one CPU, as
+ * new threads often do, still spread over the shards, one each, and a
+ * thread that leaves gives its place back.  The threads join one after
+ * another, each pinned to the same CPU before its first call.
+ */
+START_TEST(test_lifecycle_threads_spread_over_shards)
+{
+	struct kairos_config c = t_cfg(SPREAD_SHARDS, 1);
+	struct spread_thread st[SPREAD_SHARDS + 1];
+	pthread_t th[SPREAD_SHARDS];
+	bool seen[SPREAD_SHARDS] = { false };
+	cpu_set_t set;
+	unsigned home;
+
+	/* The first CPU this process may run on. */
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	for (spread_cpu = 0; !CPU_ISSET(spread_cpu, &set); spread_cpu++)
+		;
+	home = (unsigned)spread_cpu % SPREAD_SHARDS;
+	spread_k = t_create(&c);
+	ck_assert_int_eq(pthread_barrier_init(&spread_leave, NULL, SPREAD_SHARDS + 1), 0);
+	for (int i = 0; i < SPREAD_SHARDS; i++) {
+		th[i] = spread_start(&st[i], true);
+		ck_assert_uint_lt(st[i].shard, SPREAD_SHARDS);
+		ck_assert_msg(!seen[st[i].shard], "thread %d joined shard %u, already taken", i,
+			      st[i].shard);
+		seen[st[i].shard] = true;
+		/* The first goes where its CPU says; the others to the least used. */
+		if (i == 0)
+			ck_assert_uint_eq(st[0].shard, home);
+	}
+	for (unsigned i = 0; i < SPREAD_SHARDS; i++)
+		ck_assert_uint_eq(callers(spread_k, i), 1);
+	pthread_barrier_wait(&spread_leave);
+	for (int i = 0; i < SPREAD_SHARDS; i++)
+		pthread_join(th[i], NULL);
+	for (unsigned i = 0; i < SPREAD_SHARDS; i++)
+		ck_assert_uint_eq(callers(spread_k, i), 0);
+	/* All left: a new thread goes where its CPU says again. */
+	pthread_join(spread_start(&st[SPREAD_SHARDS], false), NULL);
+	ck_assert_uint_eq(st[SPREAD_SHARDS].shard, home);
+	ck_assert_uint_eq(callers(spread_k, home), 0);
+	pthread_barrier_destroy(&spread_leave);
+	t_check_identity(spread_k, &tt);
+	t_destroy(spread_k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lifecycle");
@@ -798,6 +905,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
 	tcase_add_test(tc, test_lifecycle_thread_names);
+	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
 	return t_main(s, "lifecycle");
 }
