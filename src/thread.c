@@ -124,12 +124,13 @@ struct shard *ts_pick(struct kairos *k)
 }
 
 /*
- * The shard a joining thread arms on: its CPU's (ts_pick()), unless another
- * shard has fewer calling threads; then the first such after it.  Threads
- * that each run on a CPU of their own get their CPUs' shards, and threads
- * that first call from one CPU (as new threads often do) still spread.  The
- * counts are read without a lock, so two threads joining at once may pick
- * alike; nothing depends on the balance but speed.
+ * The shard a joining thread arms on (thr_lock held): its CPU's
+ * (ts_pick()), unless another shard has fewer calling threads; then the
+ * first after it of those with the fewest.  Threads that each run on a CPU
+ * of their own get their CPUs' shards, and threads that first call from one
+ * CPU (as new threads often do) still spread.  A thread that moves to a
+ * queue's shard changes the counts without the lock, so a pick may be off
+ * by such a move; nothing depends on the balance but speed.
  */
 static struct shard *ts_pick_join(struct kairos *k)
 {

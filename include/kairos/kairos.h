@@ -11,8 +11,9 @@
  * are looked up in lock-free tables protected by RCU, one atomic word per
  * timer decides cancel against fire, and changes to a wheel are posted to its
  * shard's lock-free inbox (a thread arms on the shard of the CPU it first
- * armed from, or on a shard with fewer calling threads).  Callbacks run on worker threads of the timer's
- * shard (or on the shard thread itself with KAIROS_DELIVER_INLINE).
+ * armed from, or on the one with the fewest calling threads if that has
+ * more).  Callbacks run on worker threads of the timer's shard (or on the
+ * shard thread itself with KAIROS_DELIVER_INLINE).
  *
  * Every function returns 0 (or a count) on success and a negative errno on
  * failure; none sets errno.  A call that fails never runs its callback.  A
