@@ -503,7 +503,8 @@ static void *sc_thread_main(void *arg)
 /*
  * How busy kairos's shard threads were from @t0 to @t1, given their CPU
  * times then (@before, @nb of them) and now: the busiest one's share of the
- * wall into busy[0], the mean over them into busy[1].
+ * wall into busy[0], the mean over them into busy[1]; both -1 when none
+ * could be read (a kernel without per-task schedstat).
  */
 static void sc_shard_busy(const struct bench_task_cpu *before, size_t nb, uint64_t t0,
 			  uint64_t t1, double busy[2])
@@ -523,8 +524,8 @@ static void sc_shard_busy(const struct bench_task_cpu *before, size_t nb, uint64
 			sum += f;
 			n++;
 		}
-	busy[0] = max;
-	busy[1] = n ? sum / (double)n : 0;
+	busy[0] = n ? max : -1;
+	busy[1] = n ? sum / (double)n : -1;
 }
 
 /*
@@ -718,8 +719,12 @@ static void sc_run(const struct sc_opts *o)
 			if (o->b.raw) {
 				printf("T=%-3u %-12s", o->threads[ti], j ? "shard mean %" :
 				       "shard max %");
-				bench_raw_runs(&busy[0][ti][j], SC_MAX_TLIST * 2, o->b.runs, 8, 1,
-					       0.01);
+				for (unsigned int run = 0; run < o->b.runs; run++)
+					if (busy[run][ti][j] < 0)
+						printf(" %8s", "-");
+					else
+						printf(" %8.1f", busy[run][ti][j] * 100);
+				printf("\n");
 			}
 			busy_med[ti][j] = bench_aggregate(BENCH_MEDIAN, &busy[0][ti][j],
 							  SC_MAX_TLIST * 2, o->b.runs);
@@ -730,12 +735,12 @@ static void sc_run(const struct sc_opts *o)
 	printf("kairos-bench scale: P=%" PRIu64 " timers per thread, shards=%u, %.1f s per "
 	       "measurement, runs=%u, seed=%" PRIu64 " (medians)\n", o->per_thread, o->shards,
 	       o->seconds, o->b.runs, o->b.seed);
-	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s  %14s\n", "threads", "kairos Mcalls/s",
+	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s  %18s\n", "threads", "kairos Mcalls/s",
 	       "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1", "kairos/heap",
 	       "shard CPU max/mean");
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
 		unsigned int nt = o->threads[ti];
-		char self[SC_NIMPL][16];
+		char self[SC_NIMPL][16], cpu[24];
 
 		for (size_t i = 0; i < SC_NIMPL; i++)
 			if (one < 0)
@@ -743,10 +748,14 @@ static void sc_run(const struct sc_opts *o)
 			else
 				snprintf(self[i], sizeof(self[i]), "%.2fx",
 					 med[i][ti] / med[i][one]);
-		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx  %13.0f%%/%3.0f%%\n",
-		       nt, med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
-		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti],
-		       busy_med[ti][0] * 100, busy_med[ti][1] * 100);
+		if (busy_med[ti][0] < 0)
+			snprintf(cpu, sizeof(cpu), "-");
+		else
+			snprintf(cpu, sizeof(cpu), "%.0f%%/%3.0f%%", busy_med[ti][0] * 100,
+				 busy_med[ti][1] * 100);
+		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx  %18s\n", nt,
+		       med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
+		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti], cpu);
 	}
 	printf("locked heap: %" PRIu64 " timerfd_settime() calls (arming included) over %"
 	       PRIu64 " calls, all its measurements: its minimum rarely moves\n",
