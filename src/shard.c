@@ -35,6 +35,7 @@
 #include "clock.h"
 #include "fault.h"
 #include "internal.h"
+#include "mapping.h"
 #include "timer.h"
 
 static struct rec *rec_of(struct wheel_timer *t)
@@ -206,17 +207,13 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 static bool drain_grow(struct shard *s)
 {
 	size_t cap = s->drain_big_cap ? s->drain_big_cap * 2 : DRAIN_MAP_MIN;
-	void *p;
+	void *p = mapping_copy(s->drain_big, s->drain_big_cap * sizeof(struct rec *),
+			       cap * sizeof(struct rec *));
 
-	/* A new mapping and a copy, not mremap(), which TSan does not follow. */
-	p = mmap(NULL, cap * sizeof(struct rec *), PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
+	if (!p)
 		return false;
-	if (s->drain_big) {
-		memcpy(p, s->drain_big, s->drain_big_cap * sizeof(struct rec *));
+	if (s->drain_big)
 		munmap(s->drain_big, s->drain_big_cap * sizeof(struct rec *));
-	}
 	s->drain_big = p;
 	s->drain_big_cap = cap;
 	return true;

@@ -93,10 +93,10 @@
  * half its entries stale; then the rest of that visit walks unhinted.
  */
 #include "wheel.h"
+#include "mapping.h"
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 
 #define WHEEL_MASK	((uint64_t)WHEEL_SLOTS - 1)
@@ -174,12 +174,9 @@ static uint32_t *log_mem(const struct wheel_log *lg, uint32_t cap)
 
 	if (!log_mapped(cap))
 		return realloc(lg->ent, bytes);
-	ent = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (ent == MAP_FAILED)
-		return NULL;
-	if (lg->len)
-		memcpy(ent, lg->ent, (size_t)lg->len * sizeof(*ent));
-	log_free(lg->ent, lg->cap);
+	ent = mapping_copy(lg->ent, (size_t)lg->len * sizeof(*ent), bytes);
+	if (ent)
+		log_free(lg->ent, lg->cap);
 	return ent;
 }
 
