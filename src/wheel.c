@@ -91,12 +91,42 @@
  * nothing but the prefetch.  A log stops (until its slot empties or is
  * visited) when it cannot grow or when growing it would leave more than
  * half its entries stale; then the rest of that visit walks unhinted.
+ *
+ * Entries
+ * -------
+ * Linking a record writes it, and so does unlinking it (and its two
+ * neighbours).  When the owner's records are armed and cancelled by other
+ * threads, each such write costs the next call on the record a cache-line
+ * transfer from the owner's core; even a load does, since the caller's
+ * write must then take the line back.  So an owner may file a record that
+ * is far off by value instead: an entry of its index and generation in an
+ * array per slot, from level WHEEL_ENTRY_LEVEL up.  The wheel does not
+ * touch the record until the slot is visited (at the earliest 4,096 ticks
+ * after it could have been filed there, by the filing rule), and never
+ * unlinks it: the owner lets an entry go stale (a cancel, a new life of
+ * the record, or its own decision to link it) without telling the wheel.
+ *
+ * The visit asks the owner, for each entry, whether it still stands and
+ * when its record fires (look()), loading the records WHEEL_ENT_AHEAD
+ * entries early (prefetch()).  A record still far is filed by value again,
+ * in a later slot of a lower level (never the one being visited); a near
+ * or due one is claimed (claim(), which fails if it went stale meanwhile)
+ * and linked as wheel_insert() would.  A slot's array detaches for its
+ * visit, so nothing else changes under the walk.
+ *
+ * Stale entries wait for their slot; a slot that reaches WHEEL_SWEEP_MIN
+ * entries, or twice what its last sweep kept if that is more, is swept
+ * (every record looked at, the stale dropped) before it takes another.  So
+ * a slot never holds more than that: bounded memory, at an amortized two
+ * looks per entry filed, and a slot of a few thousand timers is never read
+ * before its visit.
  */
 #include "wheel.h"
 #include "mapping.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define WHEEL_MASK	((uint64_t)WHEEL_SLOTS - 1)
@@ -139,6 +169,13 @@ static inline void link_unlink(struct wheel_link *l)
 /* The most entries a log keeps in malloc()ed memory (16 KiB); more are mapped. */
 #define WHEEL_LOG_HEAP		4096u
 
+/* Entries a visit or a sweep loads ahead of the one in hand. */
+#define WHEEL_ENT_AHEAD		16
+/* Entries of a slot's first array. */
+#define WHEEL_ENT_FIRST		32u
+/* The most entries a visited slot keeps its memory for (2 KiB). */
+#define WHEEL_ENT_KEEP		256u
+
 static inline uint32_t log_key(const struct wheel_timer *t)
 {
 	return (uint32_t)(uintptr_t)t;
@@ -148,36 +185,58 @@ static inline uint32_t log_key(const struct wheel_timer *t)
 #define WHEEL_LOG_STOP		(UINT32_C(1) << 31)
 
 /*
- * A log's memory: from malloc() up to WHEEL_LOG_HEAP entries, and above
- * that a mapping of its own, so that a large log freed goes back to the
- * kernel at once rather than staying in the allocator's arena of the
- * thread that filed it (where it would still count in the process's RSS).
+ * A slot array's memory (a log's, or a slot's entries): from malloc() up
+ * to WHEEL_LOG_HEAP log entries' worth, and above that a mapping of its
+ * own, so that a large array freed goes back to the kernel at once rather
+ * than staying in the allocator's arena of the thread that filed it (where
+ * it would still count in the process's RSS).
  */
-static bool log_mapped(uint32_t cap)
+static bool arr_mapped(size_t bytes)
 {
-	return cap > WHEEL_LOG_HEAP;
+	return bytes > WHEEL_LOG_HEAP * sizeof(uint32_t);
+}
+
+static void arr_free(void *p, size_t bytes)
+{
+	if (arr_mapped(bytes))
+		munmap(p, bytes);
+	else
+		free(p);
+}
+
+/*
+ * Array @p of @bytes (@used of them in use) moved to memory of @want bytes;
+ * NULL (and @p as it was) on failure.
+ */
+static void *arr_mem(void *p, size_t used, size_t bytes, size_t want)
+{
+	void *q;
+
+	if (!arr_mapped(want) && !arr_mapped(bytes))
+		return realloc(p, want);
+	if (arr_mapped(want)) {
+		q = mapping_copy(p, used, want);
+	} else {
+		/* A mapped array shrinking back into the heap. */
+		q = malloc(want);
+		if (q && used)
+			memcpy(q, p, used);
+	}
+	if (q && p)
+		arr_free(p, bytes);
+	return q;
 }
 
 static void log_free(uint32_t *ent, uint32_t cap)
 {
-	if (log_mapped(cap))
-		munmap(ent, (size_t)cap * sizeof(*ent));
-	else
-		free(ent);
+	arr_free(ent, (size_t)cap * sizeof(*ent));
 }
 
 /* @lg's entries moved to memory for @cap of them; NULL (and @lg as it was) on failure. */
 static uint32_t *log_mem(const struct wheel_log *lg, uint32_t cap)
 {
-	size_t bytes = (size_t)cap * sizeof(*lg->ent);
-	uint32_t *ent;
-
-	if (!log_mapped(cap))
-		return realloc(lg->ent, bytes);
-	ent = mapping_copy(lg->ent, (size_t)lg->len * sizeof(*ent), bytes);
-	if (ent)
-		log_free(lg->ent, lg->cap);
-	return ent;
+	return arr_mem(lg->ent, (size_t)lg->len * sizeof(*lg->ent),
+		       (size_t)lg->cap * sizeof(*lg->ent), (size_t)cap * sizeof(*lg->ent));
 }
 
 /*
@@ -293,6 +352,22 @@ static inline unsigned level_of(unsigned where)
 	return (where - 1) >> WHEEL_BITS;
 }
 
+static inline bool ents_level(unsigned g)
+{
+	return g >= WHEEL_ENTRY_LEVEL && g < WHEEL_LEVELS;
+}
+
+static inline struct wheel_ents *ents_at(struct wheel *w, unsigned g, unsigned s)
+{
+	return &w->ents[g - WHEEL_ENTRY_LEVEL][s];
+}
+
+/* Entries in slot @s of level @g (0 below the entry levels). */
+static inline uint32_t slot_ents(const struct wheel *w, unsigned g, unsigned s)
+{
+	return ents_level(g) ? w->ents[g - WHEEL_ENTRY_LEVEL][s].len : 0;
+}
+
 /*
  * The tick at which slot @s of level @g is visited, given the current tick.
  * Non-empty slots always lie ahead of the level's current position, so the
@@ -363,6 +438,11 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->due_pf = 0;
 	link_init(&w->overflow);
 	w->overflow_visit = UINT64_MAX;
+	w->eops = NULL;
+	w->nents = 0;
+	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++)
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
+			*ents_at(w, g, s) = (struct wheel_ents){ 0 };
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++) {
 		w->occupied[g] = 0;
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
@@ -384,6 +464,15 @@ void wheel_fini(struct wheel *w)
 	}
 	log_free(w->due_log.ent, w->due_log.cap);
 	w->due_log = (struct wheel_log){ 0 };
+	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++) {
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
+			struct wheel_ents *es = ents_at(w, g, s);
+
+			arr_free(es->ent, (size_t)es->cap * sizeof(*es->ent));
+			*es = (struct wheel_ents){ 0 };
+		}
+	}
+	w->nents = 0;
 }
 
 void wheel_timer_init(struct wheel_timer *t)
@@ -402,7 +491,9 @@ size_t wheel_log_bytes(const struct wheel *w)
 
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
-			bytes += (size_t)w->log[g][s].cap * sizeof(*w->log[g][s].ent);
+			bytes += (size_t)w->log[g][s].cap * sizeof(*w->log[g][s].ent) +
+				 (ents_level(g) ? (size_t)w->ents[g - WHEEL_ENTRY_LEVEL][s].cap *
+						  sizeof(struct wheel_entry) : 0);
 	return bytes;
 }
 
@@ -468,13 +559,107 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 		unsigned g = level_of(where), s = slot_of(where);
 
 		if (link_empty(&w->slot[g][s])) {
-			w->occupied[g] &= ~(UINT64_C(1) << s);
+			if (!slot_ents(w, g, s))
+				w->occupied[g] &= ~(UINT64_C(1) << s);
 			/* Starts afresh. */
 			log_reset(&w->log[g][s]);
 		} else {
 			log_stale(&w->log[g][s]);
 		}
 	}
+}
+
+/* Drops the stale entries of @es, keeping the others in their order. */
+static void ents_sweep(struct wheel *w, struct wheel_ents *es)
+{
+	const struct wheel_entry_ops *ops = w->eops;
+	uint32_t len = es->len, keep = 0;
+
+	for (uint32_t i = 0; i < len && i < WHEEL_ENT_AHEAD; i++)
+		ops->prefetch(ops->ctx, es->ent[i]);
+	for (uint32_t i = 0; i < len; i++) {
+		uint64_t fire;
+
+		if (i + WHEEL_ENT_AHEAD < len)
+			ops->prefetch(ops->ctx, es->ent[i + WHEEL_ENT_AHEAD]);
+		if (ops->look(ops->ctx, es->ent[i], &fire))
+			es->ent[keep++] = es->ent[i];
+	}
+	w->nents -= len - keep;
+	es->len = keep;
+	es->swept = keep;
+}
+
+/* Moves @es's entries to memory for @cap of them; false (and @es as it was) on failure. */
+static bool ents_mem(struct wheel_ents *es, uint32_t cap)
+{
+	void *p = arr_mem(es->ent, (size_t)es->len * sizeof(*es->ent),
+			  (size_t)es->cap * sizeof(*es->ent), (size_t)cap * sizeof(*es->ent));
+
+	if (!p)
+		return false;
+	es->ent = p;
+	es->cap = cap;
+	return true;
+}
+
+/*
+ * Makes room for one more entry in @es, which reached its room: a sweep
+ * when it holds WHEEL_SWEEP_MIN entries or twice what the last sweep kept,
+ * then more memory if it is still full.  False when it cannot grow.
+ */
+static bool ents_room(struct wheel *w, struct wheel_ents *es)
+{
+	uint32_t limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+
+	if (es->len >= limit) {
+		ents_sweep(w, es);
+		limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+		/* Most of a large array went stale: give back what it no longer needs. */
+		if (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4)
+			(void)ents_mem(es, es->cap / 2);
+	}
+	if (es->len == es->cap) {
+		uint32_t cap = es->cap ? es->cap * 2 : WHEEL_ENT_FIRST;
+
+		if (cap <= es->cap || !ents_mem(es, cap))
+			return false;
+	}
+	es->room = es->cap < limit ? es->cap : limit;
+	return true;
+}
+
+/* Files @e by value in slot (@g, digit @g of @fire); false when the slot cannot grow. */
+static bool ents_add(struct wheel *w, unsigned g, uint64_t fire, struct wheel_entry e)
+{
+	unsigned s = (unsigned)(fire >> (WHEEL_BITS * g)) & WHEEL_MASK;
+	struct wheel_ents *es = ents_at(w, g, s);
+
+	if (__builtin_expect(es->len >= es->room, 0) && !ents_room(w, es))
+		return false;
+	es->ent[es->len++] = e;
+	w->nents++;
+	w->occupied[g] |= UINT64_C(1) << s;
+	return true;
+}
+
+void wheel_set_entry_ops(struct wheel *w, const struct wheel_entry_ops *ops)
+{
+	w->eops = ops;
+}
+
+int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire)
+{
+	unsigned g;
+
+	if (!w || !w->eops)
+		return -EINVAL;
+	if (fire <= w->curr)
+		return -EAGAIN;
+	g = diff_level(fire, w->curr);
+	if (!ents_level(g))
+		return -EAGAIN;
+	return ents_add(w, g, fire, e) ? 0 : -ENOMEM;
 }
 
 int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack)
@@ -606,7 +791,69 @@ static uint64_t visit_list(struct wheel *w, struct wheel_link *head, struct whee
 	return w->ndue - ndue;
 }
 
-/* Visits the lowest occupied slot of level @g (as visit_list()), and empties it and its log. */
+/* Takes the record of @e from its owner and links it (due, with @flush). */
+static void ent_take(struct wheel *w, struct wheel_entry e, bool flush)
+{
+	struct wheel_timer *t = w->eops->claim(w->eops->ctx, e);
+
+	if (!t)
+		return;		/* stale since it was looked at */
+	w->count++;
+	if (flush)
+		make_due(w, t);
+	else
+		file(w, t, timer_fire(t));
+}
+
+/*
+ * Visits the entries of slot @s of level @g at the current tick (as
+ * visit_list() does its list): drops the stale, files the far by value
+ * again, claims and links the rest; with @flush, claims every one that
+ * stands and makes it due.
+ */
+static uint64_t visit_ents(struct wheel *w, unsigned g, unsigned s, bool flush)
+{
+	struct wheel_ents *es = ents_at(w, g, s), mine = *es;
+	const struct wheel_entry_ops *ops = w->eops;
+	uint64_t ndue = w->ndue;
+
+	if (!mine.len)
+		return 0;
+	/* Detached: re-filing never comes back to this slot, but may sweep others. */
+	*es = (struct wheel_ents){ 0 };
+	w->nents -= mine.len;
+	for (uint32_t i = 0; i < mine.len && i < WHEEL_ENT_AHEAD; i++)
+		ops->prefetch(ops->ctx, mine.ent[i]);
+	for (uint32_t i = 0; i < mine.len; i++) {
+		struct wheel_entry e = mine.ent[i];
+		uint64_t fire;
+
+		if (i + WHEEL_ENT_AHEAD < mine.len)
+			ops->prefetch(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD]);
+		if (!ops->look(ops->ctx, e, &fire))
+			continue;
+		if (!flush && fire > w->curr) {
+			unsigned g2 = diff_level(fire, w->curr);
+
+			if (ents_level(g2) && ents_add(w, g2, fire, e))
+				continue;
+		}
+		ent_take(w, e, flush);
+	}
+	/* A visited slot's level moves on past it: keep only a small array. */
+	if (mine.cap > WHEEL_ENT_KEEP) {
+		arr_free(mine.ent, (size_t)mine.cap * sizeof(*mine.ent));
+	} else {
+		es->ent = mine.ent;
+		es->cap = mine.cap;
+	}
+	return w->ndue - ndue;
+}
+
+/*
+ * Visits the lowest occupied slot of level @g (as visit_list(), then its
+ * entries), and empties it and its log.
+ */
 static uint64_t visit_first_slot(struct wheel *w, unsigned g, bool flush)
 {
 	unsigned s = (unsigned)__builtin_ctzll(w->occupied[g]);
@@ -615,6 +862,8 @@ static uint64_t visit_first_slot(struct wheel *w, unsigned g, bool flush)
 	w->occupied[g] &= ~(UINT64_C(1) << s);
 	n = visit_list(w, &w->slot[g][s], &w->log[g][s], flush);
 	log_reset(&w->log[g][s]);
+	if (ents_level(g))
+		n += visit_ents(w, g, s, flush);
 	return n;
 }
 
@@ -782,6 +1031,27 @@ static const char *check_due_log(const struct wheel *w)
 	return NULL;
 }
 
+/* A slot's entries: their memory, and that each that stands fires no earlier than @visit. */
+static const char *check_ents(const struct wheel *w, unsigned g, unsigned s, uint64_t visit)
+{
+	const struct wheel_ents *es;
+
+	if (!ents_level(g))
+		return NULL;
+	es = &w->ents[g - WHEEL_ENTRY_LEVEL][s];
+	if (es->len > es->cap || (es->cap && !es->ent))
+		return "slot entries longer than their memory";
+	if (es->len && !w->eops)
+		return "entries in a wheel without entry ops";
+	for (uint32_t i = 0; i < es->len; i++) {
+		uint64_t fire;
+
+		if (w->eops->look(w->eops->ctx, es->ent[i], &fire) && fire < visit)
+			return "entry's record fires before its slot is visited";
+	}
+	return NULL;
+}
+
 static const char *check_slot(const struct wheel *w, const struct wheel_check_ops *ops,
 			      unsigned g, unsigned s, uint64_t *n)
 {
@@ -793,12 +1063,12 @@ static const char *check_slot(const struct wheel *w, const struct wheel_check_op
 	why = check_list(head, 1 + g * WHEEL_SLOTS + s, n);
 	if (why)
 		return why;
-	if (bit != (*n != 0))
-		return "occupancy bit disagrees with the slot's list";
+	if (bit != (*n != 0 || slot_ents(w, g, s) != 0))
+		return "occupancy bit disagrees with the slot's list and entries";
 	why = check_log(w, g, s, *n);
 	if (why)
 		return why;
-	if (!*n)
+	if (!bit)
 		return NULL;
 	if (s <= ((w->curr >> (WHEEL_BITS * g)) & WHEEL_MASK))
 		return "non-empty slot at or behind its level's current position";
@@ -809,7 +1079,7 @@ static const char *check_slot(const struct wheel *w, const struct wheel_check_op
 		if (check_fire(ops, link_timer((struct wheel_link *)l), &fire) && fire < visit)
 			return "record's fire tick comes before its slot is visited";
 	}
-	return NULL;
+	return check_ents(w, g, s, visit);
 }
 
 int wheel_check(const struct wheel *w, const char **why)
@@ -867,6 +1137,15 @@ int wheel_check_with(const struct wheel *w, const struct wheel_check_ops *ops, c
 	}
 	if (!bad && total != w->count)
 		bad = "record count disagrees with the lists";
+	if (!bad) {
+		uint64_t ents = 0;
+
+		for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++)
+			for (unsigned s = 0; s < WHEEL_SLOTS; s++)
+				ents += slot_ents(w, g, s);
+		if (ents != w->nents)
+			bad = "entry count disagrees with the slots";
+	}
 	if (why)
 		*why = bad;
 	return bad ? -EUCLEAN : 0;

@@ -67,6 +67,58 @@ struct wheel_log {
 	uint32_t stale;		/* its stale entries; WHEEL_LOG_STOP once it stopped */
 } __attribute__((aligned(32)));	/* a power of two: a slot's log is found by a shift */
 
+/*
+ * Filing by value.  An owner may file a record far from its fire tick as an
+ * entry, its index and generation, instead of linking it: the wheel then
+ * never touches the record until the entry's slot is visited, and learns
+ * through the owner's callbacks whether the entry still stands and when
+ * its record fires.  Only the levels from WHEEL_ENTRY_LEVEL up hold
+ * entries, so a record filed by value is at least 64^WHEEL_ENTRY_LEVEL
+ * ticks (4,096) from being looked at.  See wheel.c, "Entries".
+ */
+#define WHEEL_ENTRY_LEVEL	2
+/*
+ * A slot's entries are swept for stale ones (every record looked at) when
+ * they reach this many, or twice as many as the last sweep kept if that is
+ * more: so a slot never holds more entries than that.
+ */
+#define WHEEL_SWEEP_MIN		4096u
+
+struct wheel_entry {
+	uint32_t idx;		/* the owner's name for the record */
+	uint32_t gen;		/* and for its life: an entry of an older one is stale */
+};
+
+/* A slot's entries, stale ones (whose record moved on) included. */
+struct wheel_ents {
+	struct wheel_entry *ent;
+	uint32_t len, cap;
+	uint32_t room;		/* len at which the next add needs a sweep or memory */
+	uint32_t swept;		/* len after the last sweep for stale entries */
+};
+
+/*
+ * The owner's view of its entries.  look() and prefetch() read the record
+ * and never write it; claim() makes it the wheel's to link.
+ */
+struct wheel_entry_ops {
+	/*
+	 * Whether @e still stands for a record the wheel must file; if so,
+	 * *@fire is that record's fire tick now (it may move later at any
+	 * time: the wheel re-files it when its slot comes).
+	 */
+	bool (*look)(void *ctx, struct wheel_entry e, uint64_t *fire);
+	/* Starts loading what look() and claim() will read. */
+	void (*prefetch)(void *ctx, struct wheel_entry e);
+	/*
+	 * Takes @e's record from filing by value to being linked: returns its
+	 * wheel_timer (in no wheel, deadline and slack set), or NULL when the
+	 * entry went stale meanwhile.
+	 */
+	struct wheel_timer *(*claim)(void *ctx, struct wheel_entry e);
+	void *ctx;
+};
+
 struct wheel {
 	uint64_t curr;			/* every fire tick <= curr has been expired */
 	uint64_t count;			/* records in the wheel, due list included */
@@ -81,10 +133,40 @@ struct wheel {
 					 * bound); UINT64_MAX when none */
 	struct wheel_link slot[WHEEL_LEVELS][WHEEL_SLOTS];
 	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
+	const struct wheel_entry_ops *eops;	/* NULL: no filing by value */
+	uint64_t nents;			/* entries held, stale ones included */
+	struct wheel_ents ents[WHEEL_LEVELS - WHEEL_ENTRY_LEVEL][WHEEL_SLOTS];
 };
 
 /* Sets up an empty wheel whose current tick is @now.  Allocates nothing. */
 void wheel_init(struct wheel *w, uint64_t now);
+
+/*
+ * wheel_set_entry_ops - lets @w hold entries (wheel_file_entry()), seen
+ * through @ops, which must outlive the wheel.  Call before filing any.
+ */
+void wheel_set_entry_ops(struct wheel *w, const struct wheel_entry_ops *ops);
+
+/*
+ * wheel_file_entry - files the record named by @e, whose fire tick is
+ * @fire, by value: the wheel stores @e and nothing else.  When the slot
+ * comes, the wheel looks at the record: a stale entry is dropped, a record
+ * still far is filed by value again, and one that is near (or due) is
+ * claimed and linked, as wheel_insert() would.  An owner that lets an
+ * entry go stale tells the wheel nothing: stale entries are dropped at the
+ * visit, or by a sweep when a slot's entries double (wheel.c).
+ *
+ * Return: 0; -EAGAIN when @fire is due or not at an entry level from the
+ * current tick (the owner links the record instead); -ENOMEM when the
+ * slot cannot grow (likewise); -EINVAL without entry ops.
+ */
+int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire);
+
+/* Entries held, stale ones included. */
+static inline uint64_t wheel_entries(const struct wheel *w)
+{
+	return w->nents;
+}
 
 /*
  * wheel_fini - frees the slots' logs.  The records still in the wheel are
@@ -171,8 +253,10 @@ uint64_t wheel_advance(struct wheel *w, uint64_t now);
 /*
  * wheel_flush - puts every record on the due list at once, whatever its fire
  * tick, without moving the current tick: for an owner that shuts down and
- * must end every record.  O(records).  Afterwards wheel_check() reports
- * due records whose fire tick is ahead: pop them all before checking.
+ * must end every record.  Entries that still stand are claimed and made
+ * due too; stale ones are dropped.  O(records + entries).  Afterwards
+ * wheel_check() reports due records whose fire tick is ahead: pop them
+ * all before checking.
  */
 void wheel_flush(struct wheel *w);
 
@@ -188,10 +272,10 @@ struct wheel_timer *wheel_pop(struct wheel *w);
  */
 uint64_t wheel_next(const struct wheel *w);
 
-/* Bytes the slots' logs hold now (their capacity), beyond sizeof(struct wheel). */
+/* Bytes the slots' logs and entries hold now (their capacity), beyond sizeof(struct wheel). */
 size_t wheel_log_bytes(const struct wheel *w);
 
-/* Number of records in the wheel, due ones included. */
+/* Number of records linked in the wheel, due ones included (entries are not counted). */
 static inline uint64_t wheel_count(const struct wheel *w)
 {
 	return w->count;
@@ -207,8 +291,10 @@ static inline bool wheel_timer_pending(const struct wheel_timer *t)
  * wheel_check - verifies every invariant of @w: list links, occupancy bits,
  * counts, that each record sits where it is visited no later than its fire
  * tick (where its fire tick belongs, or in an earlier-visited slot when its
- * deadline was pushed later in place), and that due records are due.
- * O(records); for tests and debug builds.
+ * deadline was pushed later in place), and that due records are due; of
+ * entries, that they sit at entry levels in occupied slots and that each
+ * that still stands is visited no later than its fire tick.
+ * O(records + entries); for tests and debug builds.
  *
  * Return: 0 when all hold; otherwise -EUCLEAN and *@why (if @why is not NULL)
  * points to a static description of the first broken one.
