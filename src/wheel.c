@@ -116,10 +116,15 @@
  *
  * Stale entries wait for their slot; a slot that reaches WHEEL_SWEEP_MIN
  * entries, or twice what its last sweep kept if that is more, is swept
- * (every record looked at, the stale dropped) before it takes another.  So
- * a slot never holds more than that: bounded memory, at an amortized two
- * looks per entry filed, and a slot of a few thousand timers is never read
- * before its visit.
+ * (every record looked at, the stale dropped) before it takes another, as
+ * long as the owner's count of entries gone stale (stale()) says that a
+ * quarter of those held may be, and a sample of WHEEL_SWEEP_SAMPLE of the
+ * slot's own entries finds a quarter of them stale; a slot whose sample
+ * stands grows instead, and is looked at again at twice the size.  So a
+ * slot holds at most WHEEL_SWEEP_MIN entries or about twice those that
+ * stand (while the samples tell right): bounded memory, at an amortized two
+ * looks per entry filed; a slot of a few thousand timers is never read
+ * before its visit, nor a large one whose timers stand.
  */
 #include "wheel.h"
 #include "mapping.h"
@@ -440,6 +445,7 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->overflow_visit = UINT64_MAX;
 	w->eops = NULL;
 	w->nents = 0;
+	w->dropped = 0;
 	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
 			*ents_at(w, g, s) = (struct wheel_ents){ 0 };
@@ -586,8 +592,47 @@ static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 			es->ent[keep++] = es->ent[i];
 	}
 	w->nents -= len - keep;
+	w->dropped += len - keep;
 	es->len = keep;
 	es->swept = keep;
+}
+
+/* Whether the owner's count says a quarter of the entries held may be stale. */
+static bool sweep_worth(const struct wheel *w)
+{
+	const struct wheel_entry_ops *ops = w->eops;
+
+	uint64_t made;
+
+	if (!ops->stale)
+		return true;
+	made = ops->stale(ops->ctx);
+	return made > w->dropped && made - w->dropped >= w->nents / 4;
+}
+
+/*
+ * Whether the entries of @es mostly stand, judged by WHEEL_SWEEP_SAMPLE of
+ * them spread over the array: then a sweep would read many records (each a
+ * line the record's owner may be using) to drop few, and the slot grows
+ * instead.  Its next look at a sweep is at twice its size.
+ */
+#define WHEEL_SWEEP_SAMPLE	8
+
+static bool sample_stands(struct wheel *w, struct wheel_ents *es)
+{
+	const struct wheel_entry_ops *ops = w->eops;
+	unsigned stale = 0;
+
+	for (unsigned i = 0; i < WHEEL_SWEEP_SAMPLE; i++) {
+		uint64_t fire;
+
+		if (!ops->look(ops->ctx, es->ent[(uint64_t)es->len * i / WHEEL_SWEEP_SAMPLE], &fire))
+			stale++;
+	}
+	if (stale >= WHEEL_SWEEP_SAMPLE / 4)
+		return false;
+	es->swept = es->len;
+	return true;
 }
 
 /* Moves @es's entries to memory for @cap of them; false (and @es as it was) on failure. */
@@ -612,7 +657,7 @@ static bool ents_room(struct wheel *w, struct wheel_ents *es)
 {
 	uint32_t limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
 
-	if (es->len >= limit) {
+	if (es->len >= limit && sweep_worth(w) && !sample_stands(w, es)) {
 		ents_sweep(w, es);
 		limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
 		/* Most of a large array went stale: give back what it no longer needs. */
@@ -796,8 +841,10 @@ static void ent_take(struct wheel *w, struct wheel_entry e, bool flush)
 {
 	struct wheel_timer *t = w->eops->claim(w->eops->ctx, e);
 
-	if (!t)
-		return;		/* stale since it was looked at */
+	if (!t) {
+		w->dropped++;	/* stale since it was looked at */
+		return;
+	}
 	w->count++;
 	if (flush)
 		make_due(w, t);
@@ -830,8 +877,10 @@ static uint64_t visit_ents(struct wheel *w, unsigned g, unsigned s, bool flush)
 
 		if (i + WHEEL_ENT_AHEAD < mine.len)
 			ops->prefetch(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD]);
-		if (!ops->look(ops->ctx, e, &fire))
+		if (!ops->look(ops->ctx, e, &fire)) {
+			w->dropped++;
 			continue;
+		}
 		if (!flush && fire > w->curr) {
 			unsigned g2 = diff_level(fire, w->curr);
 

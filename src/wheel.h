@@ -80,7 +80,8 @@ struct wheel_log {
 /*
  * A slot's entries are swept for stale ones (every record looked at) when
  * they reach this many, or twice as many as the last sweep kept if that is
- * more: so a slot never holds more entries than that.
+ * more, and the owner's count says enough may be stale: so a slot never
+ * holds more entries than that while entries go stale.
  */
 #define WHEEL_SWEEP_MIN		4096u
 
@@ -116,6 +117,13 @@ struct wheel_entry_ops {
 	 * entry went stale meanwhile.
 	 */
 	struct wheel_timer *(*claim)(void *ctx, struct wheel_entry e);
+	/*
+	 * Optional: how many entries the owner has let go stale so far, in all
+	 * (approximate is fine).  The wheel sweeps a slot only while more than
+	 * a quarter of its entries may be stale by this count, so that it does
+	 * not read records that stand for nothing.  NULL: sweep by size alone.
+	 */
+	uint64_t (*stale)(void *ctx);
 	void *ctx;
 };
 
@@ -135,6 +143,7 @@ struct wheel {
 	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
 	const struct wheel_entry_ops *eops;	/* NULL: no filing by value */
 	uint64_t nents;			/* entries held, stale ones included */
+	uint64_t dropped;		/* entries found stale and dropped, in all */
 	struct wheel_ents ents[WHEEL_LEVELS - WHEEL_ENTRY_LEVEL][WHEEL_SLOTS];
 };
 

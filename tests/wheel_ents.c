@@ -32,6 +32,7 @@ struct e_set {
 	struct e_rec *r;
 	size_t n;
 	uint64_t looks, prefetches, claims;
+	uint64_t stale_made;		/* entries let go stale (cancels of far records) */
 	bool flushing;			/* claims of far records are expected */
 };
 
@@ -91,6 +92,11 @@ static struct wheel_timer *e_claim(void *ctx, struct wheel_entry e)
 	return &r->wt;
 }
 
+static uint64_t e_stale(void *ctx)
+{
+	return ((struct e_set *)ctx)->stale_made;
+}
+
 static struct e_set *e_new(size_t n, uint64_t now)
 {
 	struct e_set *s = calloc(1, sizeof(*s));
@@ -100,7 +106,9 @@ static struct e_set *e_new(size_t n, uint64_t now)
 	T_ASSERT(s->r != NULL);
 	s->n = n;
 	s->w = t_wheel_new(now);
-	s->ops = (struct wheel_entry_ops){ e_look, e_prefetch, e_claim, s };
+	s->ops = (struct wheel_entry_ops){
+		.look = e_look, .prefetch = e_prefetch, .claim = e_claim, .stale = e_stale, .ctx = s,
+	};
 	wheel_set_entry_ops(s->w, &s->ops);
 	return s;
 }
@@ -148,6 +156,7 @@ static void e_cancel(struct e_set *s, size_t i)
 	r->live = false;
 	if (r->far) {
 		r->far = false;
+		s->stale_made++;
 		return;
 	}
 	T_INT_EQ(wheel_del(s->w, &r->wt), 0);
@@ -397,6 +406,51 @@ START_TEST(test_wheel_ents_sweep_bound)
 }
 END_TEST
 
+START_TEST(test_wheel_ents_no_sweep_while_all_stand)
+{
+	struct e_set *s = e_new(3 * WHEEL_SWEEP_MIN, 0);
+
+	/*
+	 * One slot far past the sweep's size, but the owner has let nothing go
+	 * stale: the wheel reads none of the records before the visit.
+	 */
+	for (size_t i = 0; i < s->n; i++)
+		T_ASSERT(e_arm(s, i, 8192 + i % 100, 0));
+	T_UINT_EQ(wheel_entries(s->w), s->n);
+	T_UINT_EQ(s->looks + s->prefetches + s->claims, 0);
+	/* A few stale ones are not worth a sweep either. */
+	for (size_t i = 0; i < 100; i++)
+		e_cancel(s, i);
+	T_ASSERT(e_arm(s, 0, 8192, 0));
+	T_UINT_EQ(s->looks, 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), s->n - 99);
+	e_free(s);
+}
+END_TEST
+
+START_TEST(test_wheel_ents_sample_spares_standing_slot)
+{
+	enum { LIVE = 3 * WHEEL_SWEEP_MIN, GONE = 2 * LIVE };
+	struct e_set *s = e_new(LIVE + GONE, 0);
+
+	/*
+	 * Many entries went stale, in another slot; a slot whose own timers all
+	 * stand passes the sweep's size.  A sample of its entries (a few looks
+	 * each time it doubles) spares it the sweep.
+	 */
+	for (size_t i = LIVE; i < LIVE + GONE; i++)
+		T_ASSERT(e_arm(s, i, 300000, 0));
+	for (size_t i = LIVE; i < LIVE + GONE; i++)
+		e_cancel(s, i);
+	for (size_t i = 0; i < LIVE; i++)
+		T_ASSERT(e_arm(s, i, 8192 + i % 100, 0));
+	T_UINT_LE(s->looks, 4 * 8);
+	T_UINT_EQ(s->claims, 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), LIVE);
+	e_free(s);
+}
+END_TEST
+
 START_TEST(test_wheel_ents_untouched_until_visit)
 {
 	uint64_t rng = t_seed(0xe4);
@@ -520,6 +574,8 @@ int main(void)
 	tcase_add_test(tc, test_wheel_ents_claim_race);
 	tcase_add_test(tc, test_wheel_ents_sweep_bound);
 	tcase_add_test(tc, test_wheel_ents_untouched_until_visit);
+	tcase_add_test(tc, test_wheel_ents_no_sweep_while_all_stand);
+	tcase_add_test(tc, test_wheel_ents_sample_spares_standing_slot);
 	tcase_add_test(tc, test_wheel_ents_flush);
 	tcase_add_test(tc, test_wheel_ents_refused);
 	tcase_add_test(tc, test_wheel_ents_next_and_check);

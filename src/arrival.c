@@ -1,0 +1,381 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arrival.c - far timers filed by value: the shard never touches their
+ * records between their arm and their slot's visit.
+ *
+ * Why
+ * ---
+ * An idle timeout is armed, pushed later and cancelled by its connection's
+ * thread, and rarely fires.  Posted through the inbox, its record is read by
+ * the shard's walk and written when linked into the wheel, so the caller's
+ * next push or cancel takes the line back from the shard's core: a load by
+ * the shard costs the cancel as much as a write (docs/BENCHMARKS.md, "What
+ * the shard's look at a record costs the next cancel").  A timer whose fire
+ * tick is at least ARRIVAL_FAR_TICKS ahead instead reaches the shard as a
+ * value, (record index, generation, fire tick), which the shard files in a
+ * far slot of its wheel (wheel_file_entry()).  Its cancel then retires the
+ * record at once, with no post (timer.h: PENDING | FAR -> CANCELLED; the
+ * reclaimer reuses it after a grace period, and its generation tells the
+ * wheel that its entries are stale), and a
+ * later deadline is a store, as before; the wheel looks at the record only
+ * when its slot comes, and drops the entry if it went stale.
+ *
+ * Arrival blocks
+ * --------------
+ * Each calling thread has at most one open block, for the shard it arms on
+ * (tstate.arr): ARRIVAL_N entries that only it writes, and a published count
+ * (pub) that the shard reads.  Opening a block pushes it on the shard's
+ * arr_new stack (one CAS per ARRIVAL_N far arms); the shard moves new blocks
+ * to its own list and, at the start of every pass and before its wheel moves
+ * on, files what each block published since it last looked.  A thread leaves
+ * a block when it is full, when the thread moves to another shard or leaves
+ * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
+ * never touches the block again; the shard frees it once it has filed all.
+ * A block a destroy finds open is freed with its shard.
+ *
+ * Telling the shard
+ * -----------------
+ * An entry is two plain stores, the entry and then the count (release): no
+ * fence, no look at the shard.  A fence on every arm would wait for the
+ * block's line, which the shard has read, to come back (measured at about
+ * 30 ns an arm, docs/BENCHMARKS.md).  Instead the shard comes to look:
+ *  - It files whatever every block published at the start of each pass,
+ *    before its wheel moves on, so no entry can be overtaken by time.
+ *  - While a block is open and not dormant, the shard sleeps at most
+ *    ARRIVAL_POLL_TICKS.  An entry's fire tick is at least ARRIVAL_FAR_TICKS
+ *    past its arm, so the shard files it before it could be due.
+ *  - A block whose thread published nothing for ARRIVAL_POLL_TICKS becomes
+ *    dormant, so an idle service sleeps as long as its wheel lets it: the
+ *    shard sets the flag, forces a barrier on every thread of the process
+ *    (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) and reads the count
+ *    again.  The thread reads the flag after its count store.  Whichever
+ *    point between those two the barrier hits the thread at, either the
+ *    shard's second read sees the entry or the thread sees the flag; then
+ *    it clears the flag and wakes the shard (arrival_rouse()).
+ *  - Opening a block is a CAS, a full fence, after which the thread looks at
+ *    the tick the shard sleeps until (seq_cst both ways, as with posts): if
+ *    the shard would not look before the block's first entry could come
+ *    near, it is woken.
+ * Where membarrier() is refused (an old kernel, a seccomp filter), each
+ * entry is published with a fence instead and wakes the shard if its fire
+ * tick is earlier than the tick the shard sleeps until (arrival_fenced()),
+ * and blocks never become dormant.
+ *
+ * A new block counts as ARRIVAL_N posts towards the shard's backlog, so a
+ * burst of far arms wakes a sleeping shard as often as a burst of posts
+ * does, and an arm waits for a shard that is far behind as a post's would.
+ */
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "internal.h"
+#include "timer.h"
+
+bool arrival_lazy;
+static pthread_once_t arrival_once = PTHREAD_ONCE_INIT;
+
+static long membarrier(int cmd)
+{
+	return syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+/* Whether this process may use expedited private membarriers; registers it if so. */
+static void arrival_probe(void)
+{
+	long cmds = atomic_load_explicit(&fault_membarrier, memory_order_relaxed)
+			    ? -1 : membarrier(MEMBARRIER_CMD_QUERY);
+
+	arrival_lazy = cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+
+static struct rec *rec_at(struct shard *s, uint32_t idx)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
+						   memory_order_acquire);
+
+	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+}
+
+/* ---- the arming thread ------------------------------------------------ */
+
+void arrival_close(struct tstate *t)
+{
+	if (!t->arr)
+		return;
+	/* Release: the entries before the flag that lets the shard free the block. */
+	atomic_store_explicit(&t->arr->pub, t->arr_n | ARRIVAL_CLOSED, memory_order_release);
+	t->arr = NULL;
+	t->arr_n = 0;
+}
+
+/*
+ * arrival_open - arrival_room()'s slow path: a new block of @t's for its
+ * shard @s.  False when it cannot be had; the arm then posts its record as
+ * any other.  A new block counts as ARRIVAL_N posts
+ * towards the shard's backlog (shard_post()): it wakes a sleeping shard
+ * every SHARD_POST_BATCH, and sets *@behind (to 1 + the shard's index) when
+ * the shard is SHARD_POST_LIMIT behind, or its reclaimer RETIRED_LIMIT
+ * records (the cancels of timers filed by value retire their records
+ * themselves), so that the arm waits as a post's would.
+ */
+bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind)
+{
+	struct arrival *b, *old;
+	uint64_t n, sleep;
+
+	arrival_close(t);
+	b = fault_hit() ? NULL : malloc(sizeof(*b));
+	if (!b)
+		return false;
+	atomic_store_explicit(&b->pub, 0, memory_order_relaxed);
+	atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
+	b->taken = 0;
+	b->seen_at = 0;
+	old = atomic_load_explicit(&s->arr_new, memory_order_relaxed);
+	do {
+		b->next = old;
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_new, &old, b, memory_order_seq_cst,
+							memory_order_relaxed));
+	t->arr = b;
+	t->arr_n = 0;
+	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
+	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
+		shard_wake(s);
+	/* Approximate, as shard_post()'s count. */
+	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + ARRIVAL_N;
+	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
+	if (n >= SHARD_POST_BATCH && sleep)
+		shard_wake(s);
+	if ((n >= SHARD_POST_LIMIT ||
+	     atomic_load_explicit(&s->retired_n, memory_order_relaxed) >= RETIRED_LIMIT) &&
+	    !tls_shard)
+		*behind = s->index + 1;
+	return true;
+}
+
+/* A dormant block's thread published again: the shard looks at it anew. */
+void arrival_rouse(struct shard *s, struct arrival *b)
+{
+	if (atomic_exchange_explicit(&b->dormant, 0, memory_order_relaxed))
+		shard_wake(s);
+}
+
+/* Without membarrier(): the entry published with a fence, the shard woken if it sleeps past it. */
+void arrival_fenced(struct shard *s, uint64_t fire)
+{
+	uint64_t sleep;
+
+	/* seq_cst, as shard_post()'s push and load: pairs with the shard's sleep_tick store. */
+	atomic_thread_fence(memory_order_seq_cst);
+	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (fire < sleep_tick_of(sleep))
+		shard_wake(s);
+}
+
+/* ---- the shard -------------------------------------------------------- */
+
+/* Whether @e's record is in that life and filed by value; if so, *@fire. */
+static bool ent_look(void *ctx, struct wheel_entry e, uint64_t *fire)
+{
+	struct rec *r = rec_at(ctx, e.idx);
+	uint64_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	for (;;) {
+		uint64_t deadline, again;
+		uint32_t slack;
+
+		if (st_gen(st) != e.gen || !(st & ST_FAR))
+			return false;
+		if (st_of(st) == ST_RESETTING) {
+			/*
+			 * Its deadline is on the move; the claim waits the
+			 * resetter out, and a post follows if it moved earlier.
+			 */
+			*fire = UINT64_MAX;
+			return true;
+		}
+		/* The word on both sides of the fields, as a sequence lock's reader. */
+		deadline = __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
+		slack = __atomic_load_n(&r->wt.slack, __ATOMIC_RELAXED);
+		atomic_thread_fence(memory_order_acquire);
+		again = atomic_load_explicit(&r->state, memory_order_relaxed);
+		if (again == st) {
+			*fire = wheel_fire_tick(deadline, slack);
+			return true;
+		}
+		st = again;
+	}
+}
+
+static void ent_prefetch(void *ctx, struct wheel_entry e)
+{
+	/* For writing: most entries looked at are claimed (they are near). */
+	__builtin_prefetch(rec_at(ctx, e.idx), 1);
+}
+
+static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
+{
+	struct rec *r = rec_at(ctx, e.idx);
+	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	if (!timer_claim_far(r, e.gen, &old))
+		return NULL;
+	if (r->wt.where != WHEEL_NONE)
+		kairos_die("record filed by value is linked");
+	return &r->wt;
+}
+
+static uint64_t ent_stale(void *ctx)
+{
+	return atomic_load_explicit(&((struct shard *)ctx)->far_stale, memory_order_relaxed);
+}
+
+void arrival_ops_init(struct shard *s)
+{
+	int err = pthread_once(&arrival_once, arrival_probe);
+
+	if (err)
+		kairos_die_err("pthread_once", err);
+	s->eops = (struct wheel_entry_ops){
+		.look = ent_look,
+		.prefetch = ent_prefetch,
+		.claim = ent_claim,
+		.stale = ent_stale,
+		.ctx = s,
+	};
+	wheel_set_entry_ops(&s->wheel, &s->eops);
+}
+
+/* Files one arrival: by value when the wheel takes it, else claimed and linked now. */
+static void arrival_file(struct shard *s, const struct arrival_ent *a)
+{
+	struct wheel_entry e = { .idx = a->idx, .gen = a->gen };
+	struct wheel_timer *t;
+
+	if (wheel_file_entry(&s->wheel, e, a->tick) == 0)
+		return;
+	/* Near by now (the shard was late), or no memory for the slot. */
+	t = ent_claim(s, e);
+	if (t)
+		wheel_insert(&s->wheel, t);
+}
+
+/*
+ * Makes @b dormant, its thread having published nothing for a while: see
+ * "Telling the shard".  Anything published meanwhile is filed next pass.
+ */
+static void arrival_doze(struct arrival *b)
+{
+	uint32_t seen = b->taken;
+
+	atomic_store_explicit(&b->dormant, 1, memory_order_relaxed);
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
+		kairos_die_err("membarrier", errno);
+	if (atomic_load_explicit(&b->pub, memory_order_relaxed) != seen)
+		atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
+}
+
+/*
+ * arrivals_take - the shard files what every arrival block published since
+ * it last looked, and frees the blocks their threads left and it has read
+ * to the end.  Shard thread (or, after it stopped, its destroyer).
+ */
+void arrivals_take(struct shard *s)
+{
+	struct arrival **pp, *b;
+	bool took = false;
+
+	if (atomic_load_explicit(&s->arr_new, memory_order_relaxed)) {
+		/* Acquire pairs with the openers' CAS: the blocks' first words. */
+		b = atomic_exchange_explicit(&s->arr_new, NULL, memory_order_acquire);
+		while (b) {
+			struct arrival *next = b->next;
+
+			b->next = s->arr_open;
+			b->seen_at = s->wheel.curr;
+			s->arr_open = b;
+			b = next;
+		}
+	}
+	for (pp = &s->arr_open; (b = *pp);) {
+		/* Acquire pairs with the thread's stores: the entries up to pub. */
+		uint32_t pub = atomic_load_explicit(&b->pub, memory_order_acquire);
+		uint32_t n = pub & ~ARRIVAL_CLOSED;
+
+		if (b->taken < n) {
+			took = true;
+			b->seen_at = s->wheel.curr;
+		}
+		for (; b->taken < n; b->taken++)
+			arrival_file(s, &b->e[b->taken]);
+		if (pub & ARRIVAL_CLOSED) {
+			*pp = b->next;
+			free(b);
+			continue;
+		}
+		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
+		    s->wheel.curr - b->seen_at >= ARRIVAL_POLL_TICKS)
+			arrival_doze(b);
+		pp = &b->next;
+	}
+	if (took)
+		shard_posts_taken(s);
+}
+
+/*
+ * arrivals_waiting - after the shard stored the tick it sleeps until
+ * (seq_cst): whether an arrival block has something it has not taken.
+ */
+bool arrivals_waiting(struct shard *s)
+{
+	if (atomic_load_explicit(&s->arr_new, memory_order_seq_cst))
+		return true;
+	for (struct arrival *b = s->arr_open; b; b = b->next) {
+		uint32_t pub = atomic_load_explicit(&b->pub, memory_order_seq_cst);
+
+		if ((pub & ARRIVAL_CLOSED) || pub != b->taken)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * arrivals_polling - whether the shard must look at its blocks again within
+ * ARRIVAL_POLL_TICKS: a block is open and not dormant.
+ */
+bool arrivals_polling(struct shard *s)
+{
+	if (!arrival_lazy)
+		return false;
+	for (struct arrival *b = s->arr_open; b; b = b->next)
+		if (!atomic_load_explicit(&b->dormant, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* arrivals_free - frees every block of @s, as its service goes (no thread uses them). */
+void arrivals_free(struct shard *s)
+{
+	struct arrival *b = atomic_exchange_explicit(&s->arr_new, NULL, memory_order_acquire);
+
+	while (b) {
+		struct arrival *next = b->next;
+
+		free(b);
+		b = next;
+	}
+	for (b = s->arr_open; b;) {
+		struct arrival *next = b->next;
+
+		free(b);
+		b = next;
+	}
+	s->arr_open = NULL;
+}
