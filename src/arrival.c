@@ -114,6 +114,61 @@ void arrival_close(struct tstate *t)
 	t->arr_n = 0;
 }
 
+/* Pushes the chain @first..@last on the stack @head (pushes are ABA-safe). */
+static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
+			 struct arrival *last)
+{
+	struct arrival *old = atomic_load_explicit(head, memory_order_relaxed);
+
+	do {
+		last->next = old;
+	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_release,
+							memory_order_relaxed));
+}
+
+/*
+ * A block for @t to open on @s: a spare of its own, else the shard's pool
+ * taken whole (an exchange, so no popper can be fooled by a block that
+ * went and came back), else a new one.  Blocks are never freed before
+ * their shard: reusing them spares the allocator's lock, which a shard
+ * freeing what threads allocate made them wait on.
+ */
+static struct arrival *arrival_get(struct shard *s, struct tstate *t)
+{
+	struct arrival *b = t->arr_spare, *old;
+
+	if (!b && atomic_load_explicit(&s->arr_pool, memory_order_relaxed))
+		/* Acquire pairs with the shard's push: it is done with them. */
+		b = atomic_exchange_explicit(&s->arr_pool, NULL, memory_order_acquire);
+	if (b) {
+		t->arr_spare = b->next;
+		return b;
+	}
+	b = fault_hit() ? NULL : malloc(sizeof(*b));
+	if (!b)
+		return NULL;
+	old = atomic_load_explicit(&s->arr_all, memory_order_relaxed);
+	do {
+		b->all_next = old;
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_all, &old, b, memory_order_relaxed,
+							memory_order_relaxed));
+	return b;
+}
+
+/* @t leaves its shard: its block is closed, its spares go back to the pool. */
+void arrival_leave(struct tstate *t)
+{
+	struct arrival *last = t->arr_spare;
+
+	arrival_close(t);
+	if (!last)
+		return;
+	while (last->next)
+		last = last->next;
+	arrival_push(&t->s->arr_pool, t->arr_spare, last);
+	t->arr_spare = NULL;
+}
+
 /*
  * arrival_open - arrival_room()'s slow path: a new block of @t's for its
  * shard @s.  False when it cannot be had; the arm then posts its record as
@@ -130,7 +185,7 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	uint64_t n, sleep;
 
 	arrival_close(t);
-	b = fault_hit() ? NULL : malloc(sizeof(*b));
+	b = arrival_get(s, t);
 	if (!b)
 		return false;
 	atomic_store_explicit(&b->pub, 0, memory_order_relaxed);
@@ -149,7 +204,7 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
 		shard_wake(s);
 	/* Approximate, as shard_post()'s count. */
-	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + ARRIVAL_N;
+	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + ARRIVAL_POSTS;
 	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
 	if (n >= SHARD_POST_BATCH && sleep)
 		shard_wake(s);
@@ -317,7 +372,7 @@ void arrivals_take(struct shard *s)
 			arrival_file(s, &b->e[b->taken]);
 		if (pub & ARRIVAL_CLOSED) {
 			*pp = b->next;
-			free(b);
+			arrival_push(&s->arr_pool, b, b);
 			continue;
 		}
 		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
@@ -363,19 +418,15 @@ bool arrivals_polling(struct shard *s)
 /* arrivals_free - frees every block of @s, as its service goes (no thread uses them). */
 void arrivals_free(struct shard *s)
 {
-	struct arrival *b = atomic_exchange_explicit(&s->arr_new, NULL, memory_order_acquire);
+	struct arrival *b = atomic_exchange_explicit(&s->arr_all, NULL, memory_order_acquire);
 
 	while (b) {
-		struct arrival *next = b->next;
+		struct arrival *next = b->all_next;
 
 		free(b);
 		b = next;
 	}
-	for (b = s->arr_open; b;) {
-		struct arrival *next = b->next;
-
-		free(b);
-		b = next;
-	}
+	atomic_store_explicit(&s->arr_new, NULL, memory_order_relaxed);
+	atomic_store_explicit(&s->arr_pool, NULL, memory_order_relaxed);
 	s->arr_open = NULL;
 }

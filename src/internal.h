@@ -485,6 +485,13 @@ struct shard {
 	/* Arrival blocks opened since the shard last looked (arrival.c), once per ARRIVAL_N arms. */
 	_Atomic(struct arrival *) arr_new;
 	/*
+	 * Blocks the shard has read to the end, for threads to open again
+	 * (pushed by the shard, taken whole by a thread); and every block ever
+	 * made for this shard, freed with it.
+	 */
+	_Atomic(struct arrival *) arr_pool;
+	_Atomic(struct arrival *) arr_all;
+	/*
 	 * Written by the shard (twice a pass) and read by every poster: a line
 	 * of its own, so that posters' writes above do not take it away.
 	 *
@@ -726,9 +733,10 @@ struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
-	/* The arrival block it files far timers of @s on (arrival.c), and its entries. */
+	/* The arrival block it files far timers of @s on (arrival.c), its entries, and spare blocks of @s. */
 	struct arrival *arr;
 	unsigned arr_n;
+	struct arrival *arr_spare;
 	/*
 	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
 	 * record points at the one POST_HINTS arms back (shard.c, inbox_drain()).
@@ -856,6 +864,7 @@ void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n
  * the record.  See arrival.c.
  */
 #define ARRIVAL_N	64	/* entries in a block */
+#define ARRIVAL_POSTS	8	/* posts a block counts as (shard_post()) */
 
 struct arrival_ent {
 	uint32_t idx, gen;
@@ -877,7 +886,8 @@ struct arrival {
 	/* The shard's, on a line of their own (and @next, the opener's first). */
 	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
 	uint64_t seen_at;		/* the tick at which it last found a new entry */
-	struct arrival *next;		/* on arr_new, then on arr_open */
+	struct arrival *next;		/* on arr_new, then on arr_open, then on arr_pool */
+	struct arrival *all_next;	/* on arr_all, for good */
 };
 
 #define ARRIVAL_CLOSED	(UINT32_C(1) << 31)
@@ -889,6 +899,7 @@ struct arrival {
 
 bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind);
 void arrival_close(struct tstate *t);
+void arrival_leave(struct tstate *t);
 void arrival_rouse(struct shard *s, struct arrival *b);
 void arrival_fenced(struct shard *s, uint64_t fire);
 

@@ -96,8 +96,8 @@ static void ts_leave(struct tstate *t)
 		if (t->free)
 			table_give_back(k, t->s, t->free);
 		t->free = NULL;
-		/* Its shard frees the block once it has filed what is on it. */
-		arrival_close(t);
+		/* Its shard takes the block back once it has filed what is on it. */
+		arrival_leave(t);
 		ts_unlink(k, t);
 	}
 	thr_unlock(k);
@@ -187,9 +187,10 @@ struct tstate *ts_attach(struct kairos *k)
 	t->s = ts_pick_join(k);
 	ts_count(t->s, 1);
 	t->free = NULL;
-	/* A block of a service that was destroyed under it went with its shard. */
+	/* Blocks of a service that was destroyed under it went with its shard. */
 	t->arr = NULL;
 	t->arr_n = 0;
+	t->arr_spare = NULL;
 	t->prev = NULL;
 	t->next = k->threads;
 	if (k->threads)
@@ -210,7 +211,7 @@ void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
 	if (t->free)
 		table_give_back(k, t->s, t->free);
 	t->free = NULL;
-	arrival_close(t);
+	arrival_leave(t);
 	ts_count(t->s, -1);
 	ts_count(s, 1);
 	t->s = s;
@@ -270,6 +271,7 @@ void ts_forget(void)
 	t->free = NULL;
 	t->arr = NULL;
 	t->arr_n = 0;
+	t->arr_spare = NULL;
 	t->s = NULL;
 	t->next = t->prev = NULL;
 	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
