@@ -13,12 +13,11 @@
  * the shard's look at a record costs the next cancel").  A timer whose fire
  * tick is at least ARRIVAL_FAR_TICKS ahead instead reaches the shard as a
  * value, (record index, generation, fire tick), which the shard files in a
- * far slot of its wheel (wheel_file_entry()).  Its cancel then retires the
- * record at once, with no post (timer.h: PENDING | FAR -> CANCELLED; the
- * reclaimer reuses it after a grace period, and its generation tells the
- * wheel that its entries are stale), and a
- * later deadline is a store, as before; the wheel looks at the record only
- * when its slot comes, and drops the entry if it went stale.
+ * far slot of its wheel (wheel_file_entry()).  Its cancel is posted, and
+ * the shard, which holds no link to the record, only retires it (its
+ * entries go stale: the record's state or generation says so); a later
+ * deadline is a store, as before.  The wheel looks at the record only when
+ * its slot comes, and drops the entry if it went stale.
  *
  * Arrival blocks
  * --------------
@@ -175,9 +174,8 @@ void arrival_leave(struct tstate *t)
  * any other.  A new block counts as ARRIVAL_N posts
  * towards the shard's backlog (shard_post()): it wakes a sleeping shard
  * every SHARD_POST_BATCH, and sets *@behind (to 1 + the shard's index) when
- * the shard is SHARD_POST_LIMIT behind, or its reclaimer RETIRED_LIMIT
- * records (the cancels of timers filed by value retire their records
- * themselves), so that the arm waits as a post's would.
+ * the shard is SHARD_POST_LIMIT behind, so that the arm waits as a post's
+ * would.
  */
 bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind)
 {
@@ -208,9 +206,7 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
 	if (n >= SHARD_POST_BATCH && sleep)
 		shard_wake(s);
-	if ((n >= SHARD_POST_LIMIT ||
-	     atomic_load_explicit(&s->retired_n, memory_order_relaxed) >= RETIRED_LIMIT) &&
-	    !tls_shard)
+	if (n >= SHARD_POST_LIMIT && !tls_shard)
 		*behind = s->index + 1;
 	return true;
 }

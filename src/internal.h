@@ -521,11 +521,6 @@ struct shard {
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
 	/*
-	 * Records retired since the reclaimer last took them, approximately:
-	 * arms wait while it is RETIRED_LIMIT (arrival_open(), arm_backoff()).
-	 */
-	_Atomic uint64_t retired_n;
-	/*
 	 * Entries in the wheel let go stale (a cancel or an earlier reset of a
 	 * timer filed by value), approximately, in all: the wheel sweeps for
 	 * them only while there may be enough (wheel_entry_ops.stale).
@@ -814,12 +809,6 @@ void table_free(struct shard *s);
 /* shard.c */
 #define SHARD_POST_LIMIT	65536	/* posts a shard may be behind; see shard_post() */
 #define SHARD_POST_BATCH	1024	/* posts that wake a sleeping shard even when no deadline moved earlier */
-/*
- * Retired records a shard's reclaimer may be behind: a cancel of a timer
- * filed by value retires its record itself, with no post, so arms that
- * outrun the reclaimer wait for it as they wait for a shard.
- */
-#define RETIRED_LIMIT		65536
 /*
  * The longest a post waits for its shard to take it: a cancelled record
  * reaches its shard (and then the reclaimer) within this, however idle the

@@ -461,9 +461,7 @@ static void arm_backoff(struct kairos *k, unsigned index)
 		if (service_enter(k))
 			break;
 		behind = atomic_load_explicit(&k->shards[index]->inbox_posts,
-					      memory_order_seq_cst) >= SHARD_POST_LIMIT ||
-			 atomic_load_explicit(&k->shards[index]->retired_n,
-					      memory_order_seq_cst) >= RETIRED_LIMIT;
+					      memory_order_seq_cst) >= SHARD_POST_LIMIT;
 		service_leave();
 		now = clock_now_ns(CLOCK_MONOTONIC);
 		if (!behind || now >= deadline ||
@@ -813,15 +811,13 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));
 	/*
-	 * Filed by value: the shard holds no link to it, so it goes straight
-	 * back to the pool (its entries go stale).  Else the shard unlinks it at
-	 * its next pass, or after a batch of posts.  A cancel never waits for a
-	 * shard or reclaimer that is behind: it adds no record.
+	 * The shard unlinks it at its next pass, or after a batch of posts
+	 * (filed by value, it is in no list: its entries go stale).  A cancel
+	 * never waits for a shard that is behind: it adds no record.
 	 */
-	if (old & ST_FAR) {
-		table_retire(k, s, r);
+	if (old & ST_FAR)
 		arrival_stale(s);
-	} else if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
+	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
 		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
 }

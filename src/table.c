@@ -338,8 +338,6 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 {
 	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
 
-	uint64_t backlog;
-
 	/* Atomic: the shard may look at an old entry of this record meanwhile (arrival.c). */
 	__atomic_store_n(&head->wt.slack, n, __ATOMIC_RELAXED);
 	do {
@@ -347,9 +345,6 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, head,
 							memory_order_release,
 							memory_order_relaxed));
-	/* Approximate (racing retirers may lose an add): it only paces arms. */
-	backlog = atomic_load_explicit(&s->retired_n, memory_order_relaxed) + n;
-	atomic_store_explicit(&s->retired_n, backlog, memory_order_relaxed);
 	/* The first bundle of a batch wakes the reclaimer; later ones ride along. */
 	if (!old)
 		table_kick(k);
@@ -408,37 +403,23 @@ void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b)
 static void reclaim_shard(struct shard *s, struct rec *heads)
 {
 	struct rec *out = NULL, *out_last = NULL, *acc = NULL, *acc_last = NULL;
-	struct rec *recent[FREE_AHEAD];
 	unsigned acc_n = 0;
 
 	while (heads) {
-		struct rec *b = heads;
+		struct rec *b = heads, *tail = b;
 		unsigned n = __atomic_load_n(&b->wt.slack, __ATOMIC_RELAXED);
 
 		heads = rec_link(b);
 		if (n < BUNDLE_RECS / 2) {
-			/*
-			 * Small: walk it (it is short) onto the bundle being
-			 * merged, pointing each record at the one FREE_AHEAD
-			 * after it, as rbundle_add() does, so that arms taking
-			 * the merged bundle load their records ahead too (a
-			 * cancel of a timer filed by value retires one record
-			 * at a time).
-			 */
-			for (struct rec *r = b; r; r = free_next(r)) {
-				struct rec **slot = &recent[acc_n % FREE_AHEAD];
-
-				r->ahead = NULL;
-				if (acc_n >= FREE_AHEAD)
-					(*slot)->ahead = r;
-				*slot = r;
-				if (acc_last)
-					free_set_next(acc_last, r);
-				else
-					acc = r;
-				acc_last = r;
-				acc_n++;
-			}
+			/* Small: walk it (it is short) onto the bundle being merged. */
+			while (free_next(tail))
+				tail = free_next(tail);
+			if (acc_last)
+				free_set_next(acc_last, b);
+			else
+				acc = b;
+			acc_last = tail;
+			acc_n += n;
 			if (acc_n < BUNDLE_RECS / 2)
 				continue;
 			b = acc;
@@ -467,8 +448,6 @@ static bool reclaim_pass(struct kairos *k)
 		/* Acquire pairs with table_retire()'s release. */
 		taken[i] = atomic_exchange_explicit(&k->shards[i]->retired, NULL,
 						    memory_order_acquire);
-		if (taken[i])
-			atomic_store_explicit(&k->shards[i]->retired_n, 0, memory_order_relaxed);
 		any |= taken[i] != NULL;
 	}
 	if (!any)
@@ -479,13 +458,6 @@ static bool reclaim_pass(struct kairos *k)
 		if (taken[i])
 			reclaim_shard(k->shards[i], taken[i]);
 	key_garbage_free(garbage);
-	/*
-	 * seq_cst pairs with a held-back arm's increment of ev_waiters and its
-	 * look at retired_n (arm_backoff()): the records are free again.
-	 */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&k->ev_waiters, memory_order_seq_cst))
-		service_event(k);
 	return true;
 }
 

@@ -18,7 +18,7 @@
  *                                                                entry's release publishes it
  *  PENDING | FAR   PENDING             shard         acq_rel     is claimed from its entry and
  *                                                                linked (timer_claim_far())
- *  PENDING | FAR   CANCELLED           canceller     acq_rel     is retired by the canceller
+ *  PENDING | FAR   CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
  *                                                                (its entries go stale)
  *  PENDING | QUEUED FREE               arming        relaxed     never posted, its id never
  *   (not posted)                                                 given: a keyed arm that found
@@ -136,9 +136,9 @@ static inline void timer_unpublish(struct rec *r)
 }
 
 /*
- * timer_cancel - PENDING -> CANCELLED | QUEUED (PENDING | FAR -> CANCELLED),
- * or FIRING -> CANCELLED, for the life @gen of @r; *@old is the word last
- * read (acquire) on entry.
+ * timer_cancel - PENDING (| FAR) -> CANCELLED | QUEUED, or FIRING ->
+ * CANCELLED, for the life @gen of @r; *@old is the word last read (acquire)
+ * on entry.
  *
  * Return: 0 when this call cancelled it (*@old is then the word it
  * replaced); -EBUSY when its callback runs (*@seen is the word seen, with
@@ -157,14 +157,11 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 		switch (st_of(*old)) {
 		case ST_PENDING:
 			/*
-			 * Filed by value: the canceller retires it, and its
-			 * entries go stale.  Else posted, so that the shard
-			 * unlinks it now, not when its slot comes.
+			 * Posted, so that the shard unlinks it now, not when
+			 * its slot comes; filed by value, it is in no list and
+			 * the shard only retires it (its entries go stale).
 			 */
-			if (*old & ST_FAR)
-				want = st_with(*old & ~ST_FAR, ST_CANCELLED);
-			else
-				want = st_with(*old, ST_CANCELLED) | ST_QUEUED;
+			want = st_with(*old & ~ST_FAR, ST_CANCELLED) | ST_QUEUED;
 			break;
 		case ST_FIRING:
 		case ST_PARKED:
