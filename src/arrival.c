@@ -242,7 +242,7 @@ static bool ent_look(void *ctx, struct wheel_entry e, uint64_t *fire)
 		uint64_t deadline, again;
 		uint32_t slack;
 
-		if (st_gen(st) != e.gen || !(st & ST_FAR))
+		if (!wheel_entry_gen(e, st_gen(st)) || !(st & ST_FAR))
 			return false;
 		if (st_of(st) == ST_RESETTING) {
 			/*
@@ -276,7 +276,8 @@ static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
 	struct rec *r = rec_at(ctx, e.idx);
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 
-	if (!timer_claim_far(r, e.gen, &old))
+	/* The life the entry names, if its low bits match (wheel.h). */
+	if (!wheel_entry_gen(e, st_gen(old)) || !timer_claim_far(r, st_gen(old), &old))
 		return NULL;
 	if (r->wt.where != WHEEL_NONE)
 		kairos_die("record filed by value is linked");
@@ -307,7 +308,7 @@ void arrival_ops_init(struct shard *s)
 /* Files one arrival: by value when the wheel takes it, else claimed and linked now. */
 static void arrival_file(struct shard *s, const struct arrival_ent *a)
 {
-	struct wheel_entry e = { .idx = a->idx, .gen = a->gen };
+	struct wheel_entry e = wheel_entry_of(a->idx, a->gen);
 	struct wheel_timer *t;
 
 	if (wheel_file_entry(&s->wheel, e, a->tick) == 0)

@@ -85,10 +85,31 @@ struct wheel_log {
  */
 #define WHEEL_SWEEP_MIN		4096u
 
+/*
+ * Four bytes: an index of up to 24 bits and the low 8 bits of the record's
+ * life.  An entry of an older life whose low bits match the new one's is
+ * taken for the new one's: the owner's look and claim then act on the live
+ * record, which is at worst claimed early; its own entry is then stale.
+ */
+#define WHEEL_ENTRY_IDX_BITS	24
+
 struct wheel_entry {
-	uint32_t idx;		/* the owner's name for the record */
-	uint32_t gen;		/* and for its life: an entry of an older one is stale */
+	uint32_t idx : WHEEL_ENTRY_IDX_BITS;	/* the owner's name for the record */
+	uint32_t gen : 32 - WHEEL_ENTRY_IDX_BITS;	/* and for its life, low bits */
 };
+
+/* The entry of record @idx (below 2^24), life @gen (any: its low bits are kept). */
+static inline struct wheel_entry wheel_entry_of(uint32_t idx, uint32_t gen)
+{
+	return (struct wheel_entry){ .idx = idx & ((1u << WHEEL_ENTRY_IDX_BITS) - 1),
+				     .gen = gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1) };
+}
+
+/* Whether @gen, a whole life, is the one @e names. */
+static inline bool wheel_entry_gen(struct wheel_entry e, uint32_t gen)
+{
+	return e.gen == (gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1));
+}
 
 /* A slot's entries, stale ones (whose record moved on) included. */
 struct wheel_ents {

@@ -49,7 +49,7 @@ static bool e_look(void *ctx, struct wheel_entry e, uint64_t *fire)
 	s->looks++;
 	T_UINT_LT(e.idx, s->n);
 	r = &s->r[e.idx];
-	if (r->gen != e.gen || !r->far)
+	if (!wheel_entry_gen(e, r->gen) || !r->far)
 		return false;
 	*fire = e_fire(r);
 	return true;
@@ -71,7 +71,7 @@ static struct wheel_timer *e_claim(void *ctx, struct wheel_entry e)
 	s->claims++;
 	T_UINT_LT(e.idx, s->n);
 	r = &s->r[e.idx];
-	if (r->gen != e.gen || !r->far)
+	if (!wheel_entry_gen(e, r->gen) || !r->far)
 		return NULL;
 	if (r->stale_on_claim) {
 		/* A cancel won the race after the wheel looked. */
@@ -137,7 +137,7 @@ static bool e_arm(struct e_set *s, size_t i, uint64_t deadline, uint32_t slack)
 	r->far = true;
 	r->live = true;
 	r->pops = 0;
-	rc = wheel_file_entry(s->w, (struct wheel_entry){ (uint32_t)i, r->gen }, e_fire(r));
+	rc = wheel_file_entry(s->w, wheel_entry_of((uint32_t)i, r->gen), e_fire(r));
 	if (rc == 0)
 		return true;
 	T_INT_EQ(rc, -EAGAIN);
@@ -505,6 +505,29 @@ START_TEST(test_wheel_ents_flush)
 }
 END_TEST
 
+START_TEST(test_wheel_ents_gen_alias)
+{
+	struct e_set *s = e_new(1, 0);
+
+	/*
+	 * An entry keeps 8 bits of its record's life.  A stale entry whose bits
+	 * match a later life stands for that life: its visit re-files or claims
+	 * the live record, which still fires once, exactly at its own time.
+	 */
+	T_ASSERT(e_arm(s, 0, 10000, 0));
+	e_cancel(s, 0);
+	s->r[0].gen += 255;		/* the next life's low 8 bits are the old one's */
+	T_ASSERT(e_arm(s, 0, 300000, 0));
+	T_ASSERT(wheel_entry_gen(wheel_entry_of(0, s->r[0].gen - 256), s->r[0].gen));
+	T_UINT_EQ(wheel_entries(s->w), 2);
+	T_UINT_EQ(e_run(s, UINT64_MAX), 1);
+	T_UINT_EQ(s->r[0].pops, 1);
+	T_UINT_EQ(wheel_entries(s->w), 0);
+	e_check(s);
+	e_free(s);
+}
+END_TEST
+
 START_TEST(test_wheel_ents_refused)
 {
 	struct e_set *s = e_new(1, 1000);
@@ -578,6 +601,7 @@ int main(void)
 	tcase_add_test(tc, test_wheel_ents_sample_spares_standing_slot);
 	tcase_add_test(tc, test_wheel_ents_flush);
 	tcase_add_test(tc, test_wheel_ents_refused);
+	tcase_add_test(tc, test_wheel_ents_gen_alias);
 	tcase_add_test(tc, test_wheel_ents_next_and_check);
 	suite_add_tcase(s, tc);
 	return t_main(s, "wheel_ents");
