@@ -932,6 +932,9 @@ static inline void arrival_put(struct shard *s, struct tstate *t, uint32_t idx, 
 	struct arrival *b = t->arr;
 
 	b->e[t->arr_n] = (struct arrival_ent){ .idx = idx, .gen = gen, .tick = fire };
+	/* The block's next line starts coming now: after a quiet spell it is cold. */
+	if (t->arr_n + 4 < ARRIVAL_N)
+		__builtin_prefetch(&b->e[t->arr_n + 4], 1);
 	t->arr_n++;
 	/* Release: the entry before the count (arrival.c, "Telling the shard"). */
 	atomic_store_explicit(&b->pub, t->arr_n, memory_order_release);
