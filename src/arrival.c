@@ -17,7 +17,9 @@
  * the shard, which holds no link to the record, only retires it (its
  * entries go stale: the record's state or generation says so); a later
  * deadline is a store, as before.  The wheel looks at the record only when
- * its slot comes, and drops the entry if it went stale.
+ * its slot comes, and drops the entry if it went stale; its sweeps, and its
+ * visits before they load a record, tell stale entries by the lives that
+ * ended (ent_gone(): one byte per record, apart from the records).
  *
  * Arrival blocks
  * --------------
@@ -284,9 +286,26 @@ static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
 	return &r->wt;
 }
 
-static uint64_t ent_stale(void *ctx)
+/*
+ * Whether @e names a life of its record that has ended, from the chunk's
+ * ended bytes alone (struct chunk_head): the record's line stays with
+ * whoever uses it.  Every life ends through a retire, which notes it
+ * before the record can be taken for the next, and the shard reads the
+ * note after the entry.  So the note of a record whose entry stands is the
+ * life just before the entry's, and an entry of any other life is stale.
+ * Lives count up by one, but after 2^32 - 1 comes 1 (timer_recycle()): an
+ * entry of life 1 mod 256 after a note of 255 mod 256 stands as well.
+ */
+static bool ent_gone(void *ctx, struct wheel_entry e)
 {
-	return atomic_load_explicit(&((struct shard *)ctx)->far_stale, memory_order_relaxed);
+	struct shard *s = ctx;
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[e.idx >> CHUNK_BITS],
+						   memory_order_acquire);
+	uint8_t ended = atomic_load_explicit(&c->h.head.ended[e.idx & (CHUNK_RECS - 1)],
+					     memory_order_relaxed);
+
+	return !wheel_entry_gen(e, (uint8_t)(ended + 1)) &&
+	       !(ended == UINT8_MAX && wheel_entry_gen(e, 1));
 }
 
 void arrival_ops_init(struct shard *s)
@@ -299,7 +318,7 @@ void arrival_ops_init(struct shard *s)
 		.look = ent_look,
 		.prefetch = ent_prefetch,
 		.claim = ent_claim,
-		.stale = ent_stale,
+		.gone = ent_gone,
 		.ctx = s,
 	};
 	wheel_set_entry_ops(&s->wheel, &s->eops);

@@ -205,6 +205,14 @@ struct chunk_head {
 	uint32_t no;				/* chunk number in its shard */
 	uint32_t shard;				/* the shard's index */
 	_Atomic(struct rec_ext *) ext;		/* CHUNK_RECS entries, or NULL */
+	/*
+	 * CHUNK_RECS bytes: the low 8 bits of each record's generation when it
+	 * last ended, stored as it is retired (table_retire(), rbundle_add()).
+	 * The shard tells stale wheel entries by them without loading a
+	 * record (arrival.c, ent_gone()).  Relaxed atomics: any thread that
+	 * retires writes, the shard reads.
+	 */
+	_Atomic uint8_t *ended;
 };
 
 struct rec_chunk {
@@ -520,12 +528,6 @@ struct shard {
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
-	/*
-	 * Entries in the wheel let go stale (a cancel or an earlier reset of a
-	 * timer filed by value), approximately, in all: the wheel sweeps for
-	 * them only while there may be enough (wheel_entry_ops.stale).
-	 */
-	_Atomic uint64_t far_stale;
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct expiry_lane own;		/* the shard's, its queue drainers' */
@@ -892,14 +894,6 @@ void arrival_leave(struct tstate *t);
 void arrival_rouse(struct shard *s, struct arrival *b);
 void arrival_fenced(struct shard *s, uint64_t fire);
 
-/* An entry of a timer filed by value went stale: counted for the wheel's sweeps. */
-static inline void arrival_stale(struct shard *s)
-{
-	/* Approximate (racing cancels may lose an add), and on the retired list's line. */
-	atomic_store_explicit(&s->far_stale,
-			      atomic_load_explicit(&s->far_stale, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-}
 /* Whether shards look at arrival blocks by themselves (arrival.c): set once per process. */
 extern bool arrival_lazy KAIROS_HIDDEN;
 bool arrivals_polling(struct shard *s);

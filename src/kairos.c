@@ -815,8 +815,6 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	 * (filed by value, it is in no list: its entries go stale).  A cancel
 	 * never waits for a shard that is behind: it adds no record.
 	 */
-	if (old & ST_FAR)
-		arrival_stale(s);
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
 		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
@@ -995,9 +993,6 @@ static int reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec
 	 * whose period restarts from the new deadline.
 	 */
 	was = timer_reset_give(r, held, earlier || periodic, periodic, false);
-	/* Filed by value and posted now: its entry goes stale (timer_reset_give()). */
-	if (earlier && (held & ST_FAR))
-		arrival_stale(s);
 	/* A reset never waits for a shard that is behind: it adds no record. */
 	if ((earlier || periodic) && !(was & ST_QUEUED))
 		(void)shard_post(s, r, tick);

@@ -116,15 +116,15 @@
  *
  * Stale entries wait for their slot; a slot that reaches WHEEL_SWEEP_MIN
  * entries, or twice what its last sweep kept if that is more, is swept
- * (every record looked at, the stale dropped) before it takes another, as
- * long as the owner's count of entries gone stale (stale()) says that a
- * quarter of those held may be, and a sample of WHEEL_SWEEP_SAMPLE of the
- * slot's own entries finds a quarter of them stale; a slot whose sample
- * stands grows instead, and is looked at again at twice the size.  So a
- * slot holds at most WHEEL_SWEEP_MIN entries or about twice those that
- * stand (while the samples tell right): bounded memory, at an amortized two
- * looks per entry filed; a slot of a few thousand timers is never read
- * before its visit, nor a large one whose timers stand.
+ * before it takes another: the entries that the owner's gone() rules out
+ * are dropped.  gone() reads what the owner keeps apart from its records,
+ * so a sweep loads no record.  A slot whose sample of WHEEL_SWEEP_SAMPLE
+ * entries finds at most one stale is not swept but grows, and is looked at
+ * again at twice the size.  So a slot holds at most WHEEL_SWEEP_MIN
+ * entries, or about twice those that stand while the samples tell right,
+ * at an amortized two gone() per entry filed.  The visit asks gone() too,
+ * and loads only the records of the entries it does not rule out.  Without
+ * gone(), sweeps, samples and visits look() at every record.
  */
 #include "wheel.h"
 #include "mapping.h"
@@ -575,20 +575,27 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 	}
 }
 
+/* Whether @e is stale by the owner's word: gone(), else a look at its record. */
+static bool ent_stale(const struct wheel_entry_ops *ops, struct wheel_entry e)
+{
+	uint64_t fire;
+
+	return ops->gone ? ops->gone(ops->ctx, e) : !ops->look(ops->ctx, e, &fire);
+}
+
 /* Drops the stale entries of @es, keeping the others in their order. */
 static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 {
 	const struct wheel_entry_ops *ops = w->eops;
 	uint32_t len = es->len, keep = 0;
 
-	for (uint32_t i = 0; i < len && i < WHEEL_ENT_AHEAD; i++)
+	/* gone() reads owner memory of its own; only looks load records ahead. */
+	for (uint32_t i = 0; !ops->gone && i < len && i < WHEEL_ENT_AHEAD; i++)
 		ops->prefetch(ops->ctx, es->ent[i]);
 	for (uint32_t i = 0; i < len; i++) {
-		uint64_t fire;
-
-		if (i + WHEEL_ENT_AHEAD < len)
+		if (!ops->gone && i + WHEEL_ENT_AHEAD < len)
 			ops->prefetch(ops->ctx, es->ent[i + WHEEL_ENT_AHEAD]);
-		if (ops->look(ops->ctx, es->ent[i], &fire))
+		if (!ent_stale(ops, es->ent[i]))
 			es->ent[keep++] = es->ent[i];
 	}
 	w->nents -= len - keep;
@@ -597,38 +604,21 @@ static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 	es->swept = keep;
 }
 
-/* Whether the owner's count says a quarter of the entries held may be stale. */
-static bool sweep_worth(const struct wheel *w)
-{
-	const struct wheel_entry_ops *ops = w->eops;
-
-	uint64_t made;
-
-	if (!ops->stale)
-		return true;
-	made = ops->stale(ops->ctx);
-	return made > w->dropped && made - w->dropped >= w->nents / 4;
-}
-
 /*
  * Whether the entries of @es mostly stand, judged by WHEEL_SWEEP_SAMPLE of
- * them spread over the array: then a sweep would read many records (each a
- * line the record's owner may be using) to drop few, and the slot grows
- * instead.  Its next look at a sweep is at twice its size.
+ * them spread over the array (at most one stale): then a sweep would ask
+ * about every entry to drop few, and the slot grows instead (a slot of idle
+ * timeouts, all standing, is never swept).  Its next look at a sweep is at
+ * twice its size.
  */
 #define WHEEL_SWEEP_SAMPLE	8
 
-static bool sample_stands(struct wheel *w, struct wheel_ents *es)
+static bool sample_stands(const struct wheel_entry_ops *ops, struct wheel_ents *es)
 {
-	const struct wheel_entry_ops *ops = w->eops;
 	unsigned stale = 0;
 
-	for (unsigned i = 0; i < WHEEL_SWEEP_SAMPLE; i++) {
-		uint64_t fire;
-
-		if (!ops->look(ops->ctx, es->ent[(uint64_t)es->len * i / WHEEL_SWEEP_SAMPLE], &fire))
-			stale++;
-	}
+	for (unsigned i = 0; i < WHEEL_SWEEP_SAMPLE; i++)
+		stale += ent_stale(ops, es->ent[(uint64_t)es->len * i / WHEEL_SWEEP_SAMPLE]);
 	if (stale >= WHEEL_SWEEP_SAMPLE / 4)
 		return false;
 	es->swept = es->len;
@@ -657,7 +647,7 @@ static bool ents_room(struct wheel *w, struct wheel_ents *es)
 {
 	uint32_t limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
 
-	if (es->len >= limit && sweep_worth(w) && !sample_stands(w, es)) {
+	if (es->len >= limit && !sample_stands(w->eops, es)) {
 		ents_sweep(w, es);
 		limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
 		/* Most of a large array went stale: give back what it no longer needs. */
@@ -870,14 +860,17 @@ static uint64_t visit_ents(struct wheel *w, unsigned g, unsigned s, bool flush)
 	*es = (struct wheel_ents){ 0 };
 	w->nents -= mine.len;
 	for (uint32_t i = 0; i < mine.len && i < WHEEL_ENT_AHEAD; i++)
-		ops->prefetch(ops->ctx, mine.ent[i]);
+		if (!ops->gone || !ops->gone(ops->ctx, mine.ent[i]))
+			ops->prefetch(ops->ctx, mine.ent[i]);
 	for (uint32_t i = 0; i < mine.len; i++) {
 		struct wheel_entry e = mine.ent[i];
 		uint64_t fire;
 
-		if (i + WHEEL_ENT_AHEAD < mine.len)
+		/* A record that gone() rules out is neither loaded nor looked at. */
+		if (i + WHEEL_ENT_AHEAD < mine.len &&
+		    (!ops->gone || !ops->gone(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD])))
 			ops->prefetch(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD]);
-		if (!ops->look(ops->ctx, e, &fire)) {
+		if ((ops->gone && ops->gone(ops->ctx, e)) || !ops->look(ops->ctx, e, &fire)) {
 			w->dropped++;
 			continue;
 		}

@@ -78,10 +78,10 @@ struct wheel_log {
  */
 #define WHEEL_ENTRY_LEVEL	2
 /*
- * A slot's entries are swept for stale ones (every record looked at) when
- * they reach this many, or twice as many as the last sweep kept if that is
- * more, and the owner's count says enough may be stale: so a slot never
- * holds more entries than that while entries go stale.
+ * A slot's entries are swept for stale ones when they reach this many, or
+ * twice as many as the last sweep kept if that is more, and a sample finds
+ * enough of them stale: so a slot holds at most this many entries, or
+ * about twice those that stand.
  */
 #define WHEEL_SWEEP_MIN		4096u
 
@@ -139,12 +139,14 @@ struct wheel_entry_ops {
 	 */
 	struct wheel_timer *(*claim)(void *ctx, struct wheel_entry e);
 	/*
-	 * Optional: how many entries the owner has let go stale so far, in all
-	 * (approximate is fine).  The wheel sweeps a slot only while more than
-	 * a quarter of its entries may be stale by this count, so that it does
-	 * not read records that stand for nothing.  NULL: sweep by size alone.
+	 * Optional: whether @e is certainly stale, told from what the owner
+	 * keeps apart from its records (so asking loads no record).  Never
+	 * true for an entry that stands; it may be false for a stale one,
+	 * which the visit's look() then drops.  With it, a sweep reads no
+	 * record and a visit looks only at entries it does not rule out; NULL:
+	 * both look() at every entry.
 	 */
-	uint64_t (*stale)(void *ctx);
+	bool (*gone)(void *ctx, struct wheel_entry e);
 	void *ctx;
 };
 

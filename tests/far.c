@@ -6,7 +6,8 @@
  * them as for any other: never early and exactly once, pushed later and
  * moved earlier, cancelled (the shard sleeps through a quiet spell), cancelled
  * synchronously, drained at destroy, armed by threads that exit at once,
- * and counted under max_timers.
+ * counted under max_timers, and kept through the sweeps of a slot that
+ * churns beside them.
  *
  * The services here tick every 10 us, so "far" starts at 40.96 ms and the
  * tests take a fraction of a second.  meson runs the program on both
@@ -324,6 +325,43 @@ START_TEST(test_far_fenced)
 }
 END_TEST
 
+START_TEST(test_far_churn_beside_standing)
+{
+	enum { STAND = 2000, CHURN = 300, ROUNDS = 50 };
+	static struct t_timer stand[STAND], churn[ROUNDS][CHURN];
+	struct kairos *k = f_create(1);
+	uint64_t rng = t_seed(0xfa7);
+
+	/*
+	 * Standing far timers, and beside them, in the same few slots, far
+	 * timers armed and cancelled over and over: each cancel leaves a stale
+	 * entry, their records come back in new lives, and the slots pass the
+	 * size at which they are swept (src/wheel.c).  A sweep tells stale
+	 * entries by the lives that ended, without loading a record: it must
+	 * never drop one that stands.  Every standing timer and each churned
+	 * one's last life fire once, never early; no cancelled life runs.
+	 */
+	for (int i = 0; i < STAND; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &stand[i], f_delay(&rng, 2 * F_FAR, 5 * T_MS)), 0);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < CHURN; i++) {
+			if (r > 0)
+				ck_assert_int_eq(t_cancel(k, &tt, &churn[r - 1][i]), 0);
+			ck_assert_int_eq(t_arm(k, &tt, &churn[r][i],
+					       f_delay(&rng, 2 * F_FAR, 5 * T_MS)), 0);
+		}
+	t_wait_fired(STAND + CHURN);
+	t_check_calls(&tt, T_LATE);
+	for (int i = 0; i < STAND; i++)
+		ck_assert_int_eq(t_int(&stand[i].runs), 1);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < CHURN; i++)
+			ck_assert_int_eq(t_int(&churn[r][i].runs), r == ROUNDS - 1);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_far_max_timers)
 {
 	enum { MAX = 1000 };
@@ -366,6 +404,7 @@ int main(void)
 	tcase_add_test(tc, test_far_destroy_drains);
 	tcase_add_test(tc, test_far_thread_exit);
 	tcase_add_test(tc, test_far_max_timers);
+	tcase_add_test(tc, test_far_churn_beside_standing);
 	tcase_add_test(tc, test_far_quiet_then_arm);
 	tcase_add_test(tc, test_far_earlier_in_open_block);
 	tcase_add_test(tc, test_far_fenced);
