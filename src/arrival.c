@@ -77,6 +77,8 @@
 #include "internal.h"
 #include "timer.h"
 
+_Static_assert(ID_INDEX_BITS <= WHEEL_ENTRY_IDX_BITS, "a wheel entry names any record of a shard");
+
 bool arrival_lazy;
 static pthread_once_t arrival_once = PTHREAD_ONCE_INIT;
 
@@ -192,6 +194,8 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
 	b->taken = 0;
 	b->seen_at = 0;
+	b->base = fire > ARRIVAL_SPAN / 2 ? fire - ARRIVAL_SPAN / 2 : 0;
+	t->arr_base = b->base;
 	old = atomic_load_explicit(&s->arr_new, memory_order_relaxed);
 	do {
 		b->next = old;
@@ -325,12 +329,12 @@ void arrival_ops_init(struct shard *s)
 }
 
 /* Files one arrival: by value when the wheel takes it, else claimed and linked now. */
-static void arrival_file(struct shard *s, const struct arrival_ent *a)
+static void arrival_file(struct shard *s, const struct arrival *b, const struct arrival_ent *a)
 {
-	struct wheel_entry e = wheel_entry_of(a->idx, a->gen);
+	struct wheel_entry e = a->ent;
 	struct wheel_timer *t;
 
-	if (wheel_file_entry(&s->wheel, e, a->tick) == 0)
+	if (wheel_file_entry(&s->wheel, e, b->base + a->dtick) == 0)
 		return;
 	/* Near by now (the shard was late), or no memory for the slot. */
 	t = ent_claim(s, e);
@@ -385,7 +389,7 @@ void arrivals_take(struct shard *s)
 			b->seen_at = s->wheel.curr;
 		}
 		for (; b->taken < n; b->taken++)
-			arrival_file(s, &b->e[b->taken]);
+			arrival_file(s, b, &b->e[b->taken]);
 		if (pub & ARRIVAL_CLOSED) {
 			*pp = b->next;
 			arrival_push(&s->arr_pool, b, b);

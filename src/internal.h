@@ -733,6 +733,7 @@ struct tstate {
 	/* The arrival block it files far timers of @s on (arrival.c), its entries, and spare blocks of @s. */
 	struct arrival *arr;
 	unsigned arr_n;
+	uint64_t arr_base;		/* @arr's base */
 	struct arrival *arr_spare;
 	/*
 	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
@@ -857,10 +858,21 @@ void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t n
 #define ARRIVAL_N	64	/* entries in a block */
 #define ARRIVAL_POSTS	8	/* posts a block counts as (shard_post()) */
 
+/*
+ * Eight bytes: the wheel's entry for the record and life, and the fire tick
+ * at arm, as an offset from the block's base.
+ */
 struct arrival_ent {
-	uint32_t idx, gen;
-	uint64_t tick;		/* the fire tick at arm */
+	struct wheel_entry ent;
+	uint32_t dtick;
 };
+
+/*
+ * A block's base is its first entry's fire tick less ARRIVAL_SPAN / 2; an
+ * entry whose fire tick is not within ARRIVAL_SPAN of it is posted instead
+ * (more than 24 days from the first at the default tick).
+ */
+#define ARRIVAL_SPAN	(UINT64_C(1) << 32)
 
 struct arrival {
 	/*
@@ -873,6 +885,7 @@ struct arrival {
 	 * been quiet); the thread's next entry clears it and wakes the shard.
 	 */
 	_Atomic uint32_t dormant;
+	uint64_t base;			/* entries' fire ticks are base + dtick */
 	struct arrival_ent e[ARRIVAL_N];
 	/* The shard's, on a line of their own (and @next, the opener's first). */
 	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
@@ -911,7 +924,7 @@ static inline bool arrival_room(struct shard *s, struct tstate *t, uint64_t fire
 				unsigned *behind)
 {
 	if (__builtin_expect(t->arr && t->arr_n < ARRIVAL_N, 1))
-		return true;
+		return fire - t->arr_base < ARRIVAL_SPAN;
 	return arrival_open(s, t, fire, behind);
 }
 
@@ -925,10 +938,11 @@ static inline void arrival_put(struct shard *s, struct tstate *t, uint32_t idx, 
 {
 	struct arrival *b = t->arr;
 
-	b->e[t->arr_n] = (struct arrival_ent){ .idx = idx, .gen = gen, .tick = fire };
+	b->e[t->arr_n] = (struct arrival_ent){ .ent = wheel_entry_of(idx, gen),
+					       .dtick = (uint32_t)(fire - t->arr_base) };
 	/* The block's next line starts coming now: after a quiet spell it is cold. */
-	if (t->arr_n + 4 < ARRIVAL_N)
-		__builtin_prefetch(&b->e[t->arr_n + 4], 1);
+	if (t->arr_n + 8 < ARRIVAL_N)
+		__builtin_prefetch(&b->e[t->arr_n + 8], 1);
 	t->arr_n++;
 	/* Release: the entry before the count (arrival.c, "Telling the shard"). */
 	atomic_store_explicit(&b->pub, t->arr_n, memory_order_release);
