@@ -538,6 +538,8 @@ struct shard {
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
 	struct wheel_entry_ops eops;	/* the wheel's view of records filed by value */
 	struct arrival *arr_open;	/* arrival blocks being read (arrival.c) */
+	uint64_t cancels_taken;		/* cancels it has taken from its inbox, in all */
+	uint64_t cancels_swept;		/* cancels_taken at its last sweep of all entries */
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
 	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */

@@ -195,11 +195,31 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 			wheel_del(&s->wheel, &r->wt);
 		/* The canceller counted it; only the record is left to retire. */
 		rbundle_add(s->k, s, rb, r);
+		s->cancels_taken++;
 		break;
 	default:
 		/* Posts are made only from PENDING; anything else is corruption. */
 		kairos_die("posted record in an impossible state");
 	}
+}
+
+/*
+ * After the cancels of a drain: once the shard has taken, since its last
+ * such sweep, at least half as many cancels as its wheel holds entries
+ * (and WHEEL_SWEEP_MIN), the entries of timers filed by value that they
+ * left stale are swept from every slot (wheel_sweep_entries(), which reads
+ * no record).  A slot sweeps itself only as it grows, so without this the
+ * entries of a batch of idle timeouts, all cancelled, would hold their
+ * memory until their slot comes.  At most two entries looked at per cancel.
+ */
+static void ents_tidy(struct shard *s)
+{
+	uint64_t since = s->cancels_taken - s->cancels_swept;
+
+	if (since < WHEEL_SWEEP_MIN || since < wheel_entries(&s->wheel) / 2)
+		return;
+	wheel_sweep_entries(&s->wheel);
+	s->cancels_swept = s->cancels_taken;
 }
 
 /*
@@ -322,6 +342,7 @@ static bool inbox_drain(struct shard *s)
 	if (s->drain_big_cap > DRAIN_MAP_MIN && m < s->drain_big_cap / 8)
 		drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
+	ents_tidy(s);
 	return true;
 }
 

@@ -639,6 +639,17 @@ static bool ents_mem(struct wheel_ents *es, uint32_t cap)
 }
 
 /*
+ * After a sweep of @es: gives back the memory that most of a large array
+ * no longer needs.  Returns the length at which its next sweep is due.
+ */
+static uint32_t ents_fit(struct wheel_ents *es)
+{
+	while (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4 && ents_mem(es, es->cap / 2))
+		;
+	return es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+}
+
+/*
  * Makes room for one more entry in @es, which reached its room: a sweep
  * when it holds WHEEL_SWEEP_MIN entries or twice what the last sweep kept,
  * then more memory if it is still full.  False when it cannot grow.
@@ -649,10 +660,7 @@ static bool ents_room(struct wheel *w, struct wheel_ents *es)
 
 	if (es->len >= limit && !sample_stands(w->eops, es)) {
 		ents_sweep(w, es);
-		limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
-		/* Most of a large array went stale: give back what it no longer needs. */
-		if (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4)
-			(void)ents_mem(es, es->cap / 2);
+		limit = ents_fit(es);
 	}
 	if (es->len == es->cap) {
 		uint32_t cap = es->cap ? es->cap * 2 : WHEEL_ENT_FIRST;
@@ -695,6 +703,30 @@ int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire)
 	if (!ents_level(g))
 		return -EAGAIN;
 	return ents_add(w, g, fire, e) ? 0 : -ENOMEM;
+}
+
+uint64_t wheel_sweep_entries(struct wheel *w)
+{
+	uint64_t dropped;
+
+	if (!w || !w->eops || !w->eops->gone)
+		return 0;
+	dropped = w->dropped;
+	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++) {
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
+			struct wheel_ents *es = ents_at(w, g, s);
+			uint32_t limit;
+
+			if (!es->len)
+				continue;
+			ents_sweep(w, es);
+			limit = ents_fit(es);
+			es->room = es->cap < limit ? es->cap : limit;
+			if (!es->len && link_empty(&w->slot[g][s]))
+				w->occupied[g] &= ~(UINT64_C(1) << s);
+		}
+	}
+	return w->dropped - dropped;
 }
 
 int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack)

@@ -194,6 +194,17 @@ void wheel_set_entry_ops(struct wheel *w, const struct wheel_entry_ops *ops);
  */
 int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire);
 
+/*
+ * wheel_sweep_entries - drops, in every slot, the entries that the owner's
+ * gone() rules out, and gives back the memory that slots no longer need:
+ * for an owner that has let many entries go stale in slots that take no
+ * new ones (which are swept only as they grow).  O(entries held); reads no
+ * record.  Without gone(), does nothing.
+ *
+ * Return: the entries dropped.
+ */
+uint64_t wheel_sweep_entries(struct wheel *w);
+
 /* Entries held, stale ones included. */
 static inline uint64_t wheel_entries(const struct wheel *w)
 {

@@ -477,6 +477,49 @@ START_TEST(test_wheel_ents_sweep_reads_no_record)
 }
 END_TEST
 
+START_TEST(test_wheel_ents_sweep_all)
+{
+	enum { N = 3000 };
+	struct e_set *s = e_new(2 * N, 0);
+	uint64_t rng = t_seed(0xe6);
+
+	/*
+	 * A slot that takes no more entries is never swept as it grows:
+	 * wheel_sweep_entries() sweeps every slot.  N timers in one slot,
+	 * N more spread far, two thirds of each cancelled: the sweep drops
+	 * exactly the cancelled ones, reads no record, and what stands fires
+	 * once, never early.  Without gone() it does nothing.
+	 */
+	for (size_t i = 0; i < N; i++)
+		T_ASSERT(e_arm(s, i, 70000 + i % 50, 0));
+	for (size_t i = N; i < 2 * N; i++)
+		T_ASSERT(e_arm(s, i, 10000 + t_rand_below(&rng, 5000000), 0));
+	for (size_t i = 0; i < 2 * N; i++)
+		if (i % 3)
+			e_cancel(s, i);
+	T_UINT_EQ(wheel_entries(s->w), 2 * N);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 2 * N - 2 * N / 3);
+	T_UINT_EQ(wheel_entries(s->w), 2 * N / 3);
+	T_UINT_EQ(s->looks + s->prefetches + s->claims, 0);
+	e_check(s);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), 2 * N / 3);
+	for (size_t i = 0; i < 2 * N; i++)
+		T_UINT_EQ(s->r[i].pops, i % 3 ? 0u : 1u);
+	e_free(s);
+
+	s = e_new_with(10, 0, false);
+	for (size_t i = 0; i < s->n; i++)
+		T_ASSERT(e_arm(s, i, 70000, 0));
+	e_cancel(s, 0);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 0);
+	T_UINT_EQ(wheel_entries(s->w), s->n);
+	T_UINT_EQ(s->looks, 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), s->n - 1);
+	e_free(s);
+}
+END_TEST
+
 START_TEST(test_wheel_ents_untouched_until_visit)
 {
 	uint64_t rng = t_seed(0xe4);
@@ -628,6 +671,7 @@ int main(void)
 	tcase_add_test(tc, test_wheel_ents_claim_race);
 	tcase_add_test(tc, test_wheel_ents_sweep_bound);
 	tcase_add_test(tc, test_wheel_ents_sweep_bound_by_looks);
+	tcase_add_test(tc, test_wheel_ents_sweep_all);
 	tcase_add_test(tc, test_wheel_ents_untouched_until_visit);
 	tcase_add_test(tc, test_wheel_ents_sweep_reads_no_record);
 	tcase_add_test(tc, test_wheel_ents_flush);
