@@ -6,6 +6,7 @@
 _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_post;
+_Atomic int fault_membarrier;
 
 bool fault_hit_slow(void)
 {

@@ -8,7 +8,8 @@
  * fails as if the system had refused it; a countdown still above 0 after
  * the call means the call has fewer steps, so a test walks every one in turn.  With the countdown at 0 (always,
  * outside tests) fault_hit() is one relaxed load on paths that are slow
- * anyway: none of them is on the arm, cancel or reset path.
+ * anyway: none of them is on the arm, cancel or reset path, but for the
+ * arrival block an arm opens once per ARRIVAL_N far timers (arrival.c).
  */
 #ifndef KAIROS_FAULT_H
 #define KAIROS_FAULT_H
@@ -22,6 +23,11 @@ extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
 /* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
 extern _Atomic int fault_post __attribute__((visibility("hidden")));
+/*
+ * Non-zero before a process's first service: membarrier() is taken as
+ * refused, and arrivals are published with a fence each (arrival.c).
+ */
+extern _Atomic int fault_membarrier __attribute__((visibility("hidden")));
 
 bool fault_hit_slow(void) __attribute__((visibility("hidden")));
 

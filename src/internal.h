@@ -80,7 +80,7 @@ static inline unsigned id_shard(kairos_id id) { return (unsigned)(id >> ID_INDEX
 static inline uint32_t id_index(kairos_id id) { return (uint32_t)id & (MAX_RECORDS - 1); }
 
 /* ---- the state word -----------------------------------------------------
- * One 64-bit atomic per record decides every race: gen:32 | ver:24 | flags:8.
+ * One 64-bit atomic per record decides every race: gen:32 | ver:23 | flags:9.
  *
  *   FREE ──arm──▶ PENDING ──expire (shard)──▶ FIRING ──worker──▶ RUNNING ──▶ (ended)
  *                  │  ▲ │                        │                   │
@@ -109,9 +109,16 @@ enum rec_state {
 #define ST_STOP		UINT64_C(0x20)	/* periodic: cancelled while running */
 #define ST_REBASE	UINT64_C(0x40)	/* periodic: reset, take the period from the new deadline */
 #define ST_PERIODIC	UINT64_C(0x80)	/* fixed for the record's life: a periodic timer */
-#define ST_VER_SHIFT	8
+/*
+ * Filed by value (arrival.c): the shard knows the record only by index and
+ * generation, on an arrival block or in a far wheel slot, never on its
+ * inbox and never linked.  Nothing but the shard's claim, a cancel and a
+ * reset that posts it takes the bit away.
+ */
+#define ST_FAR		UINT64_C(0x100)
+#define ST_VER_SHIFT	9
 #define ST_VER_ONE	(UINT64_C(1) << ST_VER_SHIFT)
-#define ST_VER_MASK	(UINT64_C(0xffffff) << ST_VER_SHIFT)
+#define ST_VER_MASK	(UINT64_C(0x7fffff) << ST_VER_SHIFT)
 #define ST_GEN_MASK	(UINT64_C(0xffffffff) << 32)
 
 static inline unsigned st_of(uint64_t s) { return (unsigned)(s & ST_MASK); }
@@ -159,6 +166,7 @@ struct rec {
  * until the record is PENDING once more.
  */
 struct key_node;
+struct arrival;
 struct cds_lfht;
 
 struct rec_ext {
@@ -197,6 +205,14 @@ struct chunk_head {
 	uint32_t no;				/* chunk number in its shard */
 	uint32_t shard;				/* the shard's index */
 	_Atomic(struct rec_ext *) ext;		/* CHUNK_RECS entries, or NULL */
+	/*
+	 * CHUNK_RECS bytes: the low 8 bits of each record's generation when it
+	 * last ended, stored as it is retired (table_retire(), rbundle_add()).
+	 * The shard tells stale wheel entries by them without loading a
+	 * record (arrival.c, ent_gone()).  Relaxed atomics: any thread that
+	 * retires writes, the shard reads.
+	 */
+	_Atomic uint8_t *ended;
 };
 
 struct rec_chunk {
@@ -474,6 +490,15 @@ struct shard {
 	/* Written by every poster: its own cache lines. */
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
 	_Atomic uint64_t inbox_posts;	/* approximate, to wake on a deep inbox */
+	/* Arrival blocks opened since the shard last looked (arrival.c), once per ARRIVAL_N arms. */
+	_Atomic(struct arrival *) arr_new;
+	/*
+	 * Blocks the shard has read to the end, for threads to open again
+	 * (pushed by the shard, taken whole by a thread); and every block ever
+	 * made for this shard, freed with it.
+	 */
+	_Atomic(struct arrival *) arr_pool;
+	_Atomic(struct arrival *) arr_all;
 	/*
 	 * Written by the shard (twice a pass) and read by every poster: a line
 	 * of its own, so that posters' writes above do not take it away.
@@ -511,6 +536,10 @@ struct shard {
 
 	/* Owner-only from here. */
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
+	struct wheel_entry_ops eops;	/* the wheel's view of records filed by value */
+	struct arrival *arr_open;	/* arrival blocks being read (arrival.c) */
+	uint64_t cancels_taken;		/* cancels it has taken from its inbox, in all */
+	uint64_t cancels_swept;		/* cancels_taken at its last sweep of all entries */
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
 	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */
@@ -703,6 +732,11 @@ struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
+	/* The arrival block it files far timers of @s on (arrival.c), its entries, and spare blocks of @s. */
+	struct arrival *arr;
+	unsigned arr_n;
+	uint64_t arr_base;		/* @arr's base */
+	struct arrival *arr_spare;
 	/*
 	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
 	 * record points at the one POST_HINTS arms back (shard.c, inbox_drain()).
@@ -779,6 +813,7 @@ void table_free(struct shard *s);
 
 /* shard.c */
 #define SHARD_POST_LIMIT	65536	/* posts a shard may be behind; see shard_post() */
+#define SHARD_POST_BATCH	1024	/* posts that wake a sleeping shard even when no deadline moved earlier */
 /*
  * The longest a post waits for its shard to take it: a cancelled record
  * reaches its shard (and then the reclaimer) within this, however idle the
@@ -797,6 +832,7 @@ int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
 bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
 void shard_wake(struct shard *s);
+void shard_posts_taken(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
 void shard_end(struct shard *s, struct rec *r, uint64_t old, struct rbundle *rb);
@@ -814,6 +850,113 @@ void worker_rearm(struct shard *s, struct rec *r);
 uint64_t expiry_begin(struct kairos *k, struct shard *s, struct expiry_lane *lane, struct rec *r,
 		      bool periodic, bool coalesce, int *status);
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns);
+
+/* ---- arrivals (arrival.c) --------------------------------------------------
+ * A far timer's arm files it by value: its record's index, generation and
+ * fire tick go on the arming thread's arrival block for its shard, and the
+ * shard copies them into its wheel (wheel_file_entry()) without touching
+ * the record.  See arrival.c.
+ */
+#define ARRIVAL_N	64	/* entries in a block */
+#define ARRIVAL_POSTS	8	/* posts a block counts as (shard_post()) */
+
+/*
+ * Eight bytes: the wheel's entry for the record and life, and the fire tick
+ * at arm, as an offset from the block's base.
+ */
+struct arrival_ent {
+	struct wheel_entry ent;
+	uint32_t dtick;
+};
+
+/*
+ * A block's base is its first entry's fire tick less ARRIVAL_SPAN / 2; an
+ * entry whose fire tick is not within ARRIVAL_SPAN of it is posted instead
+ * (more than 24 days from the first at the default tick).
+ */
+#define ARRIVAL_SPAN	(UINT64_C(1) << 32)
+
+struct arrival {
+	/*
+	 * Entries published, with ARRIVAL_CLOSED once the thread has left the
+	 * block: stored by the thread, read by the shard.
+	 */
+	_Atomic uint32_t pub;
+	/*
+	 * Set by the shard when it stops looking at the block (the thread has
+	 * been quiet); the thread's next entry clears it and wakes the shard.
+	 */
+	_Atomic uint32_t dormant;
+	uint64_t base;			/* entries' fire ticks are base + dtick */
+	struct arrival_ent e[ARRIVAL_N];
+	/* The shard's, on a line of their own (and @next, the opener's first). */
+	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
+	uint64_t seen_at;		/* the tick at which it last found a new entry */
+	struct arrival *next;		/* on arr_new, then on arr_open, then on arr_pool */
+	struct arrival *all_next;	/* on arr_all, for good */
+};
+
+#define ARRIVAL_CLOSED	(UINT32_C(1) << 31)
+
+/* The least fire tick, ahead of the arm's own tick, that is filed by value. */
+#define ARRIVAL_FAR_TICKS	(UINT64_C(1) << (WHEEL_BITS * WHEEL_ENTRY_LEVEL))
+/* How often a shard looks at the blocks of threads that file by value. */
+#define ARRIVAL_POLL_TICKS	(ARRIVAL_FAR_TICKS / 2)
+
+bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind);
+void arrival_close(struct tstate *t);
+void arrival_leave(struct tstate *t);
+void arrival_rouse(struct shard *s, struct arrival *b);
+void arrival_fenced(struct shard *s, uint64_t fire);
+
+/* Whether shards look at arrival blocks by themselves (arrival.c): set once per process. */
+extern bool arrival_lazy KAIROS_HIDDEN;
+bool arrivals_polling(struct shard *s);
+void arrivals_take(struct shard *s);
+bool arrivals_waiting(struct shard *s);
+void arrivals_free(struct shard *s);
+void arrival_ops_init(struct shard *s);
+
+/*
+ * arrival_room - whether @t has a block for its shard @s with room for one
+ * entry, opening one if need be (arrival_open()).  False: the arm posts its
+ * record as any other.
+ */
+static inline bool arrival_room(struct shard *s, struct tstate *t, uint64_t fire,
+				unsigned *behind)
+{
+	if (__builtin_expect(t->arr && t->arr_n < ARRIVAL_N, 1))
+		return fire - t->arr_base < ARRIVAL_SPAN;
+	return arrival_open(s, t, fire, behind);
+}
+
+/*
+ * arrival_put - files record @idx of @s, life @gen, firing at @fire, by
+ * value: after arrival_room() said yes, and after the record was published
+ * PENDING | FAR with its fields.  Call with rcu_read_lock held.
+ */
+static inline void arrival_put(struct shard *s, struct tstate *t, uint32_t idx, uint32_t gen,
+			       uint64_t fire)
+{
+	struct arrival *b = t->arr;
+
+	b->e[t->arr_n] = (struct arrival_ent){ .ent = wheel_entry_of(idx, gen),
+					       .dtick = (uint32_t)(fire - t->arr_base) };
+	/* The block's next line starts coming now: after a quiet spell it is cold. */
+	if (t->arr_n + 8 < ARRIVAL_N)
+		__builtin_prefetch(&b->e[t->arr_n + 8], 1);
+	t->arr_n++;
+	/* Release: the entry before the count (arrival.c, "Telling the shard"). */
+	atomic_store_explicit(&b->pub, t->arr_n, memory_order_release);
+	if (!arrival_lazy) {
+		arrival_fenced(s, fire);
+		return;
+	}
+	/* The flag is read after the count is stored: the compiler must keep that order too. */
+	atomic_signal_fence(memory_order_seq_cst);
+	if (__builtin_expect(atomic_load_explicit(&b->dormant, memory_order_relaxed), 0))
+		arrival_rouse(s, b);
+}
 
 /* futex.c: waits on 32-bit words (never on a state word, which is 64-bit). */
 void futex_wait32(_Atomic uint32_t *word, uint32_t seen);

@@ -503,11 +503,12 @@ struct arm_req {
 static const struct arm_req plain_req;
 
 /*
- * Arms a timer for @deadline_ns; called inside the read-side section.  With
- * @a->kn, the timer takes that key (key.c); the caller frees it if this
- * fails.
+ * Arms a timer for @deadline_ns; called inside the read-side section.
+ * @now_ns is the clock the deadline was taken from, UINT64_MAX when it was
+ * given absolute (such a timer is never filed by value).  With @a->kn, the
+ * timer takes that key (key.c); the caller frees it if this fails.
  */
-static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
+static int arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	       const struct arm_req *a, kairos_fn fn, void *arg, kairos_id *out,
 	       unsigned *behind)
 {
@@ -516,10 +517,11 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
 	struct rec_ext *e = NULL;
 	struct shard *s;
 	struct rec *r;
-	uint32_t index;
-	uint64_t tick;
+	uint32_t index, slack;
+	uint64_t tick, fire;
 	kairos_id id;
 	uint32_t gen;
+	bool far;
 	int rc;
 
 	if (!reserve(k))
@@ -546,8 +548,10 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
 	r->fn = fn;
 	r->arg = arg;
 	/* Whole ticks only, rounded down: the window is never exceeded. */
-	r->wt.slack = a->slack_ns / k->cfg.tick_ns > UINT32_MAX
-			      ? UINT32_MAX : (uint32_t)(a->slack_ns / k->cfg.tick_ns);
+	slack = a->slack_ns / k->cfg.tick_ns > UINT32_MAX
+			? UINT32_MAX : (uint32_t)(a->slack_ns / k->cfg.tick_ns);
+	/* Atomic: the shard may look at an old entry of this record meanwhile (arrival.c). */
+	__atomic_store_n(&r->wt.slack, slack, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.flags,
 			 (uint16_t)((q ? q->no : 0) | (kn || a->jitter_ns ? REC_EXT : 0)),
 			 __ATOMIC_RELAXED);
@@ -574,8 +578,20 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
 	/* Its queue stays until it ends (queue.c). */
 	if (q)
 		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
-	/* The post's release publishes the fields above with the state. */
-	gen = timer_publish(r, a->period_ns != 0);
+	/*
+	 * A plain timer far from its arm is filed by value (arrival.c): the
+	 * shard does not touch its record until its slot comes.
+	 */
+	fire = slack ? wheel_fire_tick(tick, slack) : tick;
+	/*
+	 * In ns, with no division: the fire tick is at least the deadline's
+	 * tick, rounded up, and the arm's own tick is the floor of @now_ns.
+	 */
+	far = t && !e && !q && deadline_ns > now_ns &&
+	      deadline_ns - now_ns >= ARRIVAL_FAR_TICKS * k->cfg.tick_ns &&
+	      arrival_room(s, t, fire, behind);
+	/* The post's (or the arrival's) release publishes the fields above with the state. */
+	gen = timer_publish(r, a->period_ns != 0, far);
 	id = id_make(gen, s->index, index);
 	/* Counted before anyone can end it: whoever does sees the count. */
 	arm_count(k, t, 1);
@@ -602,6 +618,10 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t deadline_ns,
 	}
 	if (out)
 		*out = id;
+	if (far) {
+		arrival_put(s, t, index, gen, fire);
+		return 0;
+	}
 	/*
 	 * A fresh record's wt.link.prev is unused until the shard files it:
 	 * it carries the record this thread armed POST_HINTS arms ago, which
@@ -631,7 +651,7 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const stru
 		     kairos_fn fn, void *arg, kairos_id *out)
 {
 	struct kairos_queue *q = a->q;
-	uint64_t deadline = t_ns;
+	uint64_t deadline = t_ns, now = UINT64_MAX;	/* UINT64_MAX: not read */
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
 	struct tstate *t;
 	int rc;
@@ -650,13 +670,13 @@ static int arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const stru
 		/* A queue's timer may leave the callback out (kairos_queue_take()). */
 		rc = -EINVAL;
 	} else if (when == WHEN_AFTER &&
-		   clock_add_overflows(service_now(k), t_ns, &deadline)) {
+		   clock_add_overflows((now = service_now(k)), t_ns, &deadline)) {
 		rc = -EOVERFLOW;
 	} else {
 		/* The first deadline takes the jitter; the period's grid starts there. */
 		if (a->jitter_ns)
 			deadline = jitter_add(deadline, a->jitter_ns);
-		rc = arm(k, t, deadline, a, fn, arg, out, &behind);
+		rc = arm(k, t, now, deadline, a, fn, arg, out, &behind);
 	}
 	service_leave();
 	if (behind)
@@ -791,8 +811,9 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));
 	/*
-	 * The shard unlinks it at its next pass, or after a batch of posts.  A
-	 * cancel never waits for a shard that is behind: it adds no record.
+	 * The shard unlinks it at its next pass, or after a batch of posts
+	 * (filed by value, it is in no list: its entries go stale).  A cancel
+	 * never waits for a shard that is behind: it adds no record.
 	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
 		(void)shard_post(s, r, UINT64_MAX);

@@ -43,8 +43,6 @@ static struct rec *rec_of(struct wheel_timer *t)
 	return (struct rec *)(void *)t;	/* wt is the first member */
 }
 
-/* Posts that wake a sleeping shard even when no deadline moved earlier. */
-#define SHARD_POST_BATCH	1024
 
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
@@ -108,6 +106,20 @@ bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 wake:
 	shard_wake(s);
 	return false;
+}
+
+/*
+ * shard_posts_taken - the shard took its inbox, or arrivals: the backlog
+ * count starts again.  seq_cst on this store and the load after it pairs
+ * with a held-back arm's increment of ev_waiters and its load of
+ * inbox_posts: either it sees the count fall, or this thread sees it
+ * waiting and wakes it.
+ */
+void shard_posts_taken(struct shard *s)
+{
+	atomic_store_explicit(&s->inbox_posts, 0, memory_order_seq_cst);
+	if (atomic_load_explicit(&s->k->ev_waiters, memory_order_seq_cst))
+		service_event(s->k);
 }
 
 void shard_wake(struct shard *s)
@@ -183,11 +195,31 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 			wheel_del(&s->wheel, &r->wt);
 		/* The canceller counted it; only the record is left to retire. */
 		rbundle_add(s->k, s, rb, r);
+		s->cancels_taken++;
 		break;
 	default:
 		/* Posts are made only from PENDING; anything else is corruption. */
 		kairos_die("posted record in an impossible state");
 	}
+}
+
+/*
+ * After the cancels of a drain: once the shard has taken, since its last
+ * such sweep, at least half as many cancels as its wheel holds entries
+ * (and WHEEL_SWEEP_MIN), the entries of timers filed by value that they
+ * left stale are swept from every slot (wheel_sweep_entries(), which reads
+ * no record).  A slot sweeps itself only as it grows, so without this the
+ * entries of a batch of idle timeouts, all cancelled, would hold their
+ * memory until their slot comes.  At most two entries looked at per cancel.
+ */
+static void ents_tidy(struct shard *s)
+{
+	uint64_t since = s->cancels_taken - s->cancels_swept;
+
+	if (since < WHEEL_SWEEP_MIN || since < wheel_entries(&s->wheel) / 2)
+		return;
+	wheel_sweep_entries(&s->wheel);
+	s->cancels_swept = s->cancels_taken;
 }
 
 /*
@@ -274,14 +306,7 @@ static bool inbox_drain(struct shard *s)
 	}
 	/* Acquire pairs with the posters' release. */
 	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
-	/*
-	 * seq_cst on this store and the load after it pairs with a held-back
-	 * arm's increment of ev_waiters and its load of inbox_posts: either it
-	 * sees the count fall, or this thread sees it waiting and wakes it.
-	 */
-	atomic_store_explicit(&s->inbox_posts, 0, memory_order_seq_cst);
-	if (atomic_load_explicit(&s->k->ev_waiters, memory_order_seq_cst))
-		service_event(s->k);
+	shard_posts_taken(s);
 	for (; list && n < DRAIN_FIXED; list = rec_link(list))
 		s->drain_fixed[n++] = list;
 	for (; list; list = rec_link(list)) {
@@ -317,6 +342,7 @@ static bool inbox_drain(struct shard *s)
 	if (s->drain_big_cap > DRAIN_MAP_MIN && m < s->drain_big_cap / 8)
 		drain_unmap(s);
 	rbundle_flush(s->k, s, &rb);
+	ents_tidy(s);
 	return true;
 }
 
@@ -591,6 +617,8 @@ static void check_wheel(struct shard *s)
  */
 static uint64_t pass(struct shard *s, bool *posted)
 {
+	/* Records filed by value first: the wheel must hold them before it moves on. */
+	arrivals_take(s);
 	*posted = inbox_drain(s);
 	s->now_ns = service_now(s->k);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
@@ -646,12 +674,15 @@ static void *shard_main(void *arg)
 			/* Posts are coming: look again within SHARD_FLUSH_NS (shard_post()). */
 			if (posted)
 				arm_timer(s, s->wheel.curr + s->flush_ticks);
+			/* Threads file by value: look at their blocks again in time (arrival.c). */
+			if (arrivals_polling(s))
+				arm_timer(s, s->wheel.curr + ARRIVAL_POLL_TICKS);
 			sleep = s->timer_tick;
 			if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
 				sleep |= SLEEP_FAR;
 		}
 		atomic_store_explicit(&s->sleep_tick, sleep, memory_order_seq_cst);
-		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
+		if (atomic_load_explicit(&s->inbox, memory_order_seq_cst) || arrivals_waiting(s))
 			continue;
 		if (atomic_load_explicit(&s->stop, memory_order_acquire))
 			break;
@@ -676,6 +707,7 @@ static void *shard_main(void *arg)
 	if (s->ops->settle)
 		s->ops->settle(s);
 	/* Leave no post behind: every record ends up in the wheel or retired. */
+	arrivals_take(s);
 	inbox_drain(s);
 	return NULL;
 }
@@ -735,6 +767,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 		goto fail;
 	}
 	wheel_init(&s->wheel, clock_tick_floor(service_now(k), k->cfg.tick_ns));
+	arrival_ops_init(s);
 	*out = s;
 	return 0;
 fail:
@@ -752,6 +785,7 @@ void shard_free(struct shard *s)
 	if (s->tfd >= 0)
 		close(s->tfd);
 	close(s->efd);
+	arrivals_free(s);
 	table_free(s);
 	drain_unmap(s);
 	wheel_fini(&s->wheel);
@@ -843,6 +877,8 @@ void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count)
 	}
 	s->dq.tail = NULL;
 	s->dq.len = 0;
+	/* Whatever arrived after the shard's last pass; then what is filed by value is claimed. */
+	arrivals_take(s);
 	wheel_flush(&s->wheel);
 	while ((t = wheel_pop(&s->wheel)))
 		shard_drain_one(k, s, rec_of(t), how, count, &rb);

@@ -109,6 +109,20 @@ uint32_t table_index(struct shard *s, const struct rec *r)
 	return c->h.head.no << CHUNK_BITS | (uint32_t)((const struct rec *)r - &c->h.pad);
 }
 
+/*
+ * Notes the life of @r that ends as it is retired (struct chunk_head's
+ * ended).  Before the record can be taken again: its next life's entries
+ * are read after this store.
+ */
+static void ended_mark(struct rec *r)
+{
+	struct rec_chunk *c = chunk_of(r);
+	uint64_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
+
+	atomic_store_explicit(&c->h.head.ended[r - &c->h.pad], (uint8_t)st_gen(st),
+			      memory_order_relaxed);
+}
+
 
 /*
  * A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, straight from mmap
@@ -153,6 +167,14 @@ static int grow(struct kairos *k, struct shard *s)
 		rc = -ENOMEM;
 		goto out;
 	}
+	c->h.head.ended = fault_hit() ? NULL : malloc(CHUNK_RECS);
+	if (!c->h.head.ended) {
+		munmap(c, CHUNK_BYTES);
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* Life salt - 1 is the one each record ended before its first. */
+	memset((void *)c->h.head.ended, (uint8_t)(k->salt - 1), CHUNK_RECS);
 	c->h.head.no = no;
 	c->h.head.shard = s->index;
 	for (unsigned i = 0; i < CHUNK_RECS - 1; i++) {
@@ -338,7 +360,8 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 {
 	struct rec *old = atomic_load_explicit(&s->retired, memory_order_relaxed);
 
-	head->wt.slack = n;
+	/* Atomic: the shard may look at an old entry of this record meanwhile (arrival.c). */
+	__atomic_store_n(&head->wt.slack, n, __ATOMIC_RELAXED);
 	do {
 		rec_link_set(head, old);
 	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, head,
@@ -355,6 +378,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
  */
 void table_retire(struct kairos *k, struct shard *s, struct rec *r)
 {
+	ended_mark(r);
 	key_release(k, r);
 	free_set_next(r, NULL);
 	r->ahead = NULL;
@@ -370,6 +394,7 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 {
 	struct rec **slot = &b->recent[b->n % FREE_AHEAD];
 
+	ended_mark(r);
 	key_release(k, r);
 	free_set_next(r, NULL);
 	r->ahead = NULL;
@@ -406,7 +431,7 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 
 	while (heads) {
 		struct rec *b = heads, *tail = b;
-		unsigned n = b->wt.slack;
+		unsigned n = __atomic_load_n(&b->wt.slack, __ATOMIC_RELAXED);
 
 		heads = rec_link(b);
 		if (n < BUNDLE_RECS / 2) {
@@ -515,6 +540,7 @@ void table_free(struct shard *s)
 		struct rec_chunk *c = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);
 
 		free(atomic_load_explicit(&c->h.head.ext, memory_order_relaxed));
+		free((void *)c->h.head.ended);
 		munmap(c, CHUNK_BYTES);
 	}
 	atomic_store_explicit(&s->nchunks, 0, memory_order_relaxed);

@@ -21,8 +21,10 @@
  *  - when the thread exits (a pthread key destructor does the same);
  *  - when kairos_destroy() runs: it folds every thread's counts and forgets
  *    their records, whose memory it unmaps anyway.
- * So a thread holds at most BUNDLE_RECS - 1 free records of one shard, and
- * nothing it holds outlives it.  Every count is, at any time, either in a
+ * Likewise it leaves its arrival block (arrival.c), which its shard frees
+ * once it has filed what is on it.  So a thread holds at most BUNDLE_RECS -
+ * 1 free records and one arrival block of one shard, and nothing it holds
+ * outlives it.  Every count is, at any time, either in a
  * thread on the list or in the base counters, and both move only under
  * thr_lock: kairos_stats() sums them there.
  */
@@ -94,6 +96,8 @@ static void ts_leave(struct tstate *t)
 		if (t->free)
 			table_give_back(k, t->s, t->free);
 		t->free = NULL;
+		/* Its shard takes the block back once it has filed what is on it. */
+		arrival_leave(t);
 		ts_unlink(k, t);
 	}
 	thr_unlock(k);
@@ -183,6 +187,10 @@ struct tstate *ts_attach(struct kairos *k)
 	t->s = ts_pick_join(k);
 	ts_count(t->s, 1);
 	t->free = NULL;
+	/* Blocks of a service that was destroyed under it went with its shard. */
+	t->arr = NULL;
+	t->arr_n = 0;
+	t->arr_spare = NULL;
 	t->prev = NULL;
 	t->next = k->threads;
 	if (k->threads)
@@ -203,6 +211,7 @@ void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
 	if (t->free)
 		table_give_back(k, t->s, t->free);
 	t->free = NULL;
+	arrival_leave(t);
 	ts_count(t->s, -1);
 	ts_count(s, 1);
 	t->s = s;
@@ -260,6 +269,9 @@ void ts_forget(void)
 	struct tstate *t = &tls_ts;
 
 	t->free = NULL;
+	t->arr = NULL;
+	t->arr_n = 0;
+	t->arr_spare = NULL;
 	t->s = NULL;
 	t->next = t->prev = NULL;
 	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);

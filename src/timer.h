@@ -2,7 +2,7 @@
 /*
  * timer.h - every transition of a record's state word, and nothing else.
  *
- * The word (internal.h) is gen:32 | ver:24 | flags:8; its low three bits are
+ * The word (internal.h) is gen:32 | ver:23 | flags:9; its low three bits are
  * the state.  Each function below is one transition; no other file writes
  * the word.  They are static inline because each sits on a call's hot path.
  *
@@ -14,11 +14,19 @@
  *                                                                publishes the word and fields
  *                                                                (a keyed arm inserts its key
  *                                                                between the two: key.c)
+ *  FREE            PENDING | FAR       arming        relaxed     is filed by value: its arrival
+ *                                                                entry's release publishes it
+ *  PENDING | FAR   PENDING             shard         acq_rel     is claimed from its entry and
+ *                                                                linked (timer_claim_far())
+ *  PENDING | FAR   CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
+ *                                                                (its entries go stale)
  *  PENDING | QUEUED FREE               arming        relaxed     never posted, its id never
  *   (not posted)                                                 given: a keyed arm that found
  *                                                                its key held retires it
  *  PENDING         RESETTING           resetter      acquire     is held for one deadline store
  *  RESETTING       PENDING, ver + 1    resetter      release     is posted if earlier/periodic
+ *                                                                (FAR kept when not posted, else
+ *                                                                dropped: the post files it)
  *  FIRING (queue,  RESETTING           resetter      acquire     is held for one deadline store
  *   one-shot),                                                   (an expiry no one took yet)
  *   PARKED
@@ -73,14 +81,46 @@ static inline void timer_recycle(struct rec *r)
  * Returns its generation.  The caller posts it; the post's release
  * publishes this word and the fields stored before it.
  */
-static inline uint32_t timer_publish(struct rec *r, bool periodic)
+static inline uint32_t timer_publish(struct rec *r, bool periodic, bool far)
 {
 	uint64_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
 
 	atomic_store_explicit(&r->state,
-			      st_with(st, ST_PENDING) | ST_QUEUED | (periodic ? ST_PERIODIC : 0),
+			      st_with(st, ST_PENDING) | (far ? ST_FAR : ST_QUEUED) |
+			      (periodic ? ST_PERIODIC : 0),
 			      memory_order_relaxed);
 	return st_gen(st);
+}
+
+/*
+ * PENDING | FAR -> PENDING, by the shard, for the life @gen of @r: takes a
+ * record filed by value into the wheel's lists.  *@old is the word last
+ * read (acquire).  A resetter holds the record for a few instructions, and
+ * a later deadline it stores posts nothing, so the claim waits it out
+ * rather than give up.
+ *
+ * Return: whether it was claimed; false when the entry is stale (another
+ * life, cancelled, or posted by an earlier reset).
+ */
+static inline bool timer_claim_far(struct rec *r, uint32_t gen, uint64_t *old)
+{
+	unsigned spins = 0;
+
+	for (;;) {
+		if (st_gen(*old) != gen || !(*old & ST_FAR))
+			return false;
+		if (st_of(*old) == ST_RESETTING) {
+			cpu_relax_n(&spins);
+			*old = atomic_load_explicit(&r->state, memory_order_acquire);
+			continue;
+		}
+		if (st_of(*old) != ST_PENDING)
+			kairos_die("record filed by value in an impossible state");
+		if (atomic_compare_exchange_weak_explicit(&r->state, old, *old & ~ST_FAR,
+							  memory_order_acq_rel,
+							  memory_order_acquire))
+			return true;
+	}
 }
 
 /*
@@ -96,8 +136,9 @@ static inline void timer_unpublish(struct rec *r)
 }
 
 /*
- * timer_cancel - PENDING -> CANCELLED | QUEUED, or FIRING -> CANCELLED, for
- * the life @gen of @r; *@old is the word last read (acquire) on entry.
+ * timer_cancel - PENDING (| FAR) -> CANCELLED | QUEUED, or FIRING ->
+ * CANCELLED, for the life @gen of @r; *@old is the word last read (acquire)
+ * on entry.
  *
  * Return: 0 when this call cancelled it (*@old is then the word it
  * replaced); -EBUSY when its callback runs (*@seen is the word seen, with
@@ -115,8 +156,12 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 			return -ENOENT;
 		switch (st_of(*old)) {
 		case ST_PENDING:
-			/* Posted so the shard unlinks it now, not when its slot comes. */
-			want = st_with(*old, ST_CANCELLED) | ST_QUEUED;
+			/*
+			 * Posted, so that the shard unlinks it now, not when
+			 * its slot comes; filed by value, it is in no list and
+			 * the shard only retires it (its entries go stale).
+			 */
+			want = st_with(*old & ~ST_FAR, ST_CANCELLED) | ST_QUEUED;
 			break;
 		case ST_FIRING:
 		case ST_PARKED:
@@ -228,8 +273,9 @@ static inline uint64_t timer_reset_give(struct rec *r, uint64_t held, bool queue
 		uint64_t want = st_with((held & ~ST_VER_MASK) | ((held + ST_VER_ONE) & ST_VER_MASK),
 					parked ? ST_PARKED : ST_PENDING);
 
+		/* A posted record is filed from its post: no longer by value. */
 		if (queue)
-			want |= ST_QUEUED;
+			want = (want & ~ST_FAR) | ST_QUEUED;
 		if (rebase)
 			want |= ST_REBASE;
 		/* Release: the deadline before the word that lets the shard read it. */

@@ -116,10 +116,15 @@
  *
  * Stale entries wait for their slot; a slot that reaches WHEEL_SWEEP_MIN
  * entries, or twice what its last sweep kept if that is more, is swept
- * (every record looked at, the stale dropped) before it takes another.  So
- * a slot never holds more than that: bounded memory, at an amortized two
- * looks per entry filed, and a slot of a few thousand timers is never read
- * before its visit.
+ * before it takes another: the entries that the owner's gone() rules out
+ * are dropped.  gone() reads what the owner keeps apart from its records,
+ * so a sweep loads no record.  A slot whose sample of WHEEL_SWEEP_SAMPLE
+ * entries finds at most one stale is not swept but grows, and is looked at
+ * again at twice the size.  So a slot holds at most WHEEL_SWEEP_MIN
+ * entries, or about twice those that stand while the samples tell right,
+ * at an amortized two gone() per entry filed.  The visit asks gone() too,
+ * and loads only the records of the entries it does not rule out.  Without
+ * gone(), sweeps, samples and visits look() at every record.
  */
 #include "wheel.h"
 #include "mapping.h"
@@ -440,6 +445,7 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->overflow_visit = UINT64_MAX;
 	w->eops = NULL;
 	w->nents = 0;
+	w->dropped = 0;
 	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
 			*ents_at(w, g, s) = (struct wheel_ents){ 0 };
@@ -569,25 +575,54 @@ static void unfile(struct wheel *w, struct wheel_timer *t)
 	}
 }
 
+/* Whether @e is stale by the owner's word: gone(), else a look at its record. */
+static bool ent_stale(const struct wheel_entry_ops *ops, struct wheel_entry e)
+{
+	uint64_t fire;
+
+	return ops->gone ? ops->gone(ops->ctx, e) : !ops->look(ops->ctx, e, &fire);
+}
+
 /* Drops the stale entries of @es, keeping the others in their order. */
 static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 {
 	const struct wheel_entry_ops *ops = w->eops;
 	uint32_t len = es->len, keep = 0;
 
-	for (uint32_t i = 0; i < len && i < WHEEL_ENT_AHEAD; i++)
+	/* gone() reads owner memory of its own; only looks load records ahead. */
+	for (uint32_t i = 0; !ops->gone && i < len && i < WHEEL_ENT_AHEAD; i++)
 		ops->prefetch(ops->ctx, es->ent[i]);
 	for (uint32_t i = 0; i < len; i++) {
-		uint64_t fire;
-
-		if (i + WHEEL_ENT_AHEAD < len)
+		if (!ops->gone && i + WHEEL_ENT_AHEAD < len)
 			ops->prefetch(ops->ctx, es->ent[i + WHEEL_ENT_AHEAD]);
-		if (ops->look(ops->ctx, es->ent[i], &fire))
+		if (!ent_stale(ops, es->ent[i]))
 			es->ent[keep++] = es->ent[i];
 	}
 	w->nents -= len - keep;
+	w->dropped += len - keep;
 	es->len = keep;
 	es->swept = keep;
+}
+
+/*
+ * Whether the entries of @es mostly stand, judged by WHEEL_SWEEP_SAMPLE of
+ * them spread over the array (at most one stale): then a sweep would ask
+ * about every entry to drop few, and the slot grows instead (a slot of idle
+ * timeouts, all standing, is never swept).  Its next look at a sweep is at
+ * twice its size.
+ */
+#define WHEEL_SWEEP_SAMPLE	8
+
+static bool sample_stands(const struct wheel_entry_ops *ops, struct wheel_ents *es)
+{
+	unsigned stale = 0;
+
+	for (unsigned i = 0; i < WHEEL_SWEEP_SAMPLE; i++)
+		stale += ent_stale(ops, es->ent[(uint64_t)es->len * i / WHEEL_SWEEP_SAMPLE]);
+	if (stale >= WHEEL_SWEEP_SAMPLE / 4)
+		return false;
+	es->swept = es->len;
+	return true;
 }
 
 /* Moves @es's entries to memory for @cap of them; false (and @es as it was) on failure. */
@@ -604,6 +639,17 @@ static bool ents_mem(struct wheel_ents *es, uint32_t cap)
 }
 
 /*
+ * After a sweep of @es: gives back the memory that most of a large array
+ * no longer needs.  Returns the length at which its next sweep is due.
+ */
+static uint32_t ents_fit(struct wheel_ents *es)
+{
+	while (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4 && ents_mem(es, es->cap / 2))
+		;
+	return es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+}
+
+/*
  * Makes room for one more entry in @es, which reached its room: a sweep
  * when it holds WHEEL_SWEEP_MIN entries or twice what the last sweep kept,
  * then more memory if it is still full.  False when it cannot grow.
@@ -612,12 +658,9 @@ static bool ents_room(struct wheel *w, struct wheel_ents *es)
 {
 	uint32_t limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
 
-	if (es->len >= limit) {
+	if (es->len >= limit && !sample_stands(w->eops, es)) {
 		ents_sweep(w, es);
-		limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
-		/* Most of a large array went stale: give back what it no longer needs. */
-		if (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4)
-			(void)ents_mem(es, es->cap / 2);
+		limit = ents_fit(es);
 	}
 	if (es->len == es->cap) {
 		uint32_t cap = es->cap ? es->cap * 2 : WHEEL_ENT_FIRST;
@@ -660,6 +703,30 @@ int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire)
 	if (!ents_level(g))
 		return -EAGAIN;
 	return ents_add(w, g, fire, e) ? 0 : -ENOMEM;
+}
+
+uint64_t wheel_sweep_entries(struct wheel *w)
+{
+	uint64_t dropped;
+
+	if (!w || !w->eops || !w->eops->gone)
+		return 0;
+	dropped = w->dropped;
+	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++) {
+		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
+			struct wheel_ents *es = ents_at(w, g, s);
+			uint32_t limit;
+
+			if (!es->len)
+				continue;
+			ents_sweep(w, es);
+			limit = ents_fit(es);
+			es->room = es->cap < limit ? es->cap : limit;
+			if (!es->len && link_empty(&w->slot[g][s]))
+				w->occupied[g] &= ~(UINT64_C(1) << s);
+		}
+	}
+	return w->dropped - dropped;
 }
 
 int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack)
@@ -796,8 +863,10 @@ static void ent_take(struct wheel *w, struct wheel_entry e, bool flush)
 {
 	struct wheel_timer *t = w->eops->claim(w->eops->ctx, e);
 
-	if (!t)
-		return;		/* stale since it was looked at */
+	if (!t) {
+		w->dropped++;	/* stale since it was looked at */
+		return;
+	}
 	w->count++;
 	if (flush)
 		make_due(w, t);
@@ -823,15 +892,20 @@ static uint64_t visit_ents(struct wheel *w, unsigned g, unsigned s, bool flush)
 	*es = (struct wheel_ents){ 0 };
 	w->nents -= mine.len;
 	for (uint32_t i = 0; i < mine.len && i < WHEEL_ENT_AHEAD; i++)
-		ops->prefetch(ops->ctx, mine.ent[i]);
+		if (!ops->gone || !ops->gone(ops->ctx, mine.ent[i]))
+			ops->prefetch(ops->ctx, mine.ent[i]);
 	for (uint32_t i = 0; i < mine.len; i++) {
 		struct wheel_entry e = mine.ent[i];
 		uint64_t fire;
 
-		if (i + WHEEL_ENT_AHEAD < mine.len)
+		/* A record that gone() rules out is neither loaded nor looked at. */
+		if (i + WHEEL_ENT_AHEAD < mine.len &&
+		    (!ops->gone || !ops->gone(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD])))
 			ops->prefetch(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD]);
-		if (!ops->look(ops->ctx, e, &fire))
+		if ((ops->gone && ops->gone(ops->ctx, e)) || !ops->look(ops->ctx, e, &fire)) {
+			w->dropped++;
 			continue;
+		}
 		if (!flush && fire > w->curr) {
 			unsigned g2 = diff_level(fire, w->curr);
 

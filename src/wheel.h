@@ -78,16 +78,38 @@ struct wheel_log {
  */
 #define WHEEL_ENTRY_LEVEL	2
 /*
- * A slot's entries are swept for stale ones (every record looked at) when
- * they reach this many, or twice as many as the last sweep kept if that is
- * more: so a slot never holds more entries than that.
+ * A slot's entries are swept for stale ones when they reach this many, or
+ * twice as many as the last sweep kept if that is more, and a sample finds
+ * enough of them stale: so a slot holds at most this many entries, or
+ * about twice those that stand.
  */
 #define WHEEL_SWEEP_MIN		4096u
 
+/*
+ * Four bytes: an index of up to 24 bits and the low 8 bits of the record's
+ * life.  An entry of an older life whose low bits match the new one's is
+ * taken for the new one's: the owner's look and claim then act on the live
+ * record, which is at worst claimed early; its own entry is then stale.
+ */
+#define WHEEL_ENTRY_IDX_BITS	24
+
 struct wheel_entry {
-	uint32_t idx;		/* the owner's name for the record */
-	uint32_t gen;		/* and for its life: an entry of an older one is stale */
+	uint32_t idx : WHEEL_ENTRY_IDX_BITS;	/* the owner's name for the record */
+	uint32_t gen : 32 - WHEEL_ENTRY_IDX_BITS;	/* and for its life, low bits */
 };
+
+/* The entry of record @idx (below 2^24), life @gen (any: its low bits are kept). */
+static inline struct wheel_entry wheel_entry_of(uint32_t idx, uint32_t gen)
+{
+	return (struct wheel_entry){ .idx = idx & ((1u << WHEEL_ENTRY_IDX_BITS) - 1),
+				     .gen = gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1) };
+}
+
+/* Whether @gen, a whole life, is the one @e names. */
+static inline bool wheel_entry_gen(struct wheel_entry e, uint32_t gen)
+{
+	return e.gen == (gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1));
+}
 
 /* A slot's entries, stale ones (whose record moved on) included. */
 struct wheel_ents {
@@ -116,6 +138,15 @@ struct wheel_entry_ops {
 	 * entry went stale meanwhile.
 	 */
 	struct wheel_timer *(*claim)(void *ctx, struct wheel_entry e);
+	/*
+	 * Optional: whether @e is certainly stale, told from what the owner
+	 * keeps apart from its records (so asking loads no record).  Never
+	 * true for an entry that stands; it may be false for a stale one,
+	 * which the visit's look() then drops.  With it, a sweep reads no
+	 * record and a visit looks only at entries it does not rule out; NULL:
+	 * both look() at every entry.
+	 */
+	bool (*gone)(void *ctx, struct wheel_entry e);
 	void *ctx;
 };
 
@@ -135,6 +166,7 @@ struct wheel {
 	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
 	const struct wheel_entry_ops *eops;	/* NULL: no filing by value */
 	uint64_t nents;			/* entries held, stale ones included */
+	uint64_t dropped;		/* entries found stale and dropped, in all */
 	struct wheel_ents ents[WHEEL_LEVELS - WHEEL_ENTRY_LEVEL][WHEEL_SLOTS];
 };
 
@@ -161,6 +193,17 @@ void wheel_set_entry_ops(struct wheel *w, const struct wheel_entry_ops *ops);
  * slot cannot grow (likewise); -EINVAL without entry ops.
  */
 int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire);
+
+/*
+ * wheel_sweep_entries - drops, in every slot, the entries that the owner's
+ * gone() rules out, and gives back the memory that slots no longer need:
+ * for an owner that has let many entries go stale in slots that take no
+ * new ones (which are swept only as they grow).  O(entries held); reads no
+ * record.  Without gone(), does nothing.
+ *
+ * Return: the entries dropped.
+ */
+uint64_t wheel_sweep_entries(struct wheel *w);
 
 /* Entries held, stale ones included. */
 static inline uint64_t wheel_entries(const struct wheel *w)

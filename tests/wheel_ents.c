@@ -3,7 +3,8 @@
  * wheel_ents.c - filing by value (wheel_file_entry(), src/wheel.h) on a
  * virtual clock: never early and exactly once through every level, records
  * pushed later and gone stale without a word to the wheel, claims that lose
- * their race, the sweep's bound on a slot's stale entries, flush, refusals,
+ * their race, the sweep's bound on a slot's stale entries (told by the
+ * owner's gone(), or by looks), flush, refusals,
  * and that the wheel leaves a far record untouched until its slot comes.
  *
  * The owner here is struct e_set: records with a generation and a "far"
@@ -31,7 +32,8 @@ struct e_set {
 	struct wheel_entry_ops ops;
 	struct e_rec *r;
 	size_t n;
-	uint64_t looks, prefetches, claims;
+	uint8_t *ended;			/* low bits of each record's last ended life (gone()) */
+	uint64_t looks, prefetches, claims, gones;
 	bool flushing;			/* claims of far records are expected */
 };
 
@@ -48,7 +50,7 @@ static bool e_look(void *ctx, struct wheel_entry e, uint64_t *fire)
 	s->looks++;
 	T_UINT_LT(e.idx, s->n);
 	r = &s->r[e.idx];
-	if (r->gen != e.gen || !r->far)
+	if (!wheel_entry_gen(e, r->gen) || !r->far)
 		return false;
 	*fire = e_fire(r);
 	return true;
@@ -70,12 +72,13 @@ static struct wheel_timer *e_claim(void *ctx, struct wheel_entry e)
 	s->claims++;
 	T_UINT_LT(e.idx, s->n);
 	r = &s->r[e.idx];
-	if (r->gen != e.gen || !r->far)
+	if (!wheel_entry_gen(e, r->gen) || !r->far)
 		return NULL;
 	if (r->stale_on_claim) {
 		/* A cancel won the race after the wheel looked. */
 		r->far = false;
 		r->live = false;
+		s->ended[e.idx] = (uint8_t)r->gen;
 		return NULL;
 	}
 	/* Claimed only when near or due: far records stay entries. */
@@ -91,18 +94,42 @@ static struct wheel_timer *e_claim(void *ctx, struct wheel_entry e)
 	return &r->wt;
 }
 
-static struct e_set *e_new(size_t n, uint64_t now)
+/*
+ * As the service's: by a byte kept apart from the records, the low bits of
+ * the life that ended last.  An entry stands only if it names the life
+ * after that one (lives count up by one here).
+ */
+static bool e_gone(void *ctx, struct wheel_entry e)
+{
+	struct e_set *s = ctx;
+
+	s->gones++;
+	T_UINT_LT(e.idx, s->n);
+	return !wheel_entry_gen(e, (uint8_t)(s->ended[e.idx] + 1));
+}
+
+/* An owner of @n records on a wheel at @now; @gone: whether it offers gone(). */
+static struct e_set *e_new_with(size_t n, uint64_t now, bool gone)
 {
 	struct e_set *s = calloc(1, sizeof(*s));
 
 	T_ASSERT(s != NULL);
 	s->r = calloc(n, sizeof(*s->r));
-	T_ASSERT(s->r != NULL);
+	s->ended = calloc(n, 1);	/* life 0 ended: the first is 1 */
+	T_ASSERT(s->r != NULL && s->ended != NULL);
 	s->n = n;
 	s->w = t_wheel_new(now);
-	s->ops = (struct wheel_entry_ops){ e_look, e_prefetch, e_claim, s };
+	s->ops = (struct wheel_entry_ops){
+		.look = e_look, .prefetch = e_prefetch, .claim = e_claim,
+		.gone = gone ? e_gone : NULL, .ctx = s,
+	};
 	wheel_set_entry_ops(s->w, &s->ops);
 	return s;
+}
+
+static struct e_set *e_new(size_t n, uint64_t now)
+{
+	return e_new_with(n, now, true);
 }
 
 static void e_free(struct e_set *s)
@@ -110,6 +137,7 @@ static void e_free(struct e_set *s)
 	wheel_fini(s->w);
 	free(s->w);
 	free(s->r);
+	free(s->ended);
 	free(s);
 }
 
@@ -129,7 +157,7 @@ static bool e_arm(struct e_set *s, size_t i, uint64_t deadline, uint32_t slack)
 	r->far = true;
 	r->live = true;
 	r->pops = 0;
-	rc = wheel_file_entry(s->w, (struct wheel_entry){ (uint32_t)i, r->gen }, e_fire(r));
+	rc = wheel_file_entry(s->w, wheel_entry_of((uint32_t)i, r->gen), e_fire(r));
 	if (rc == 0)
 		return true;
 	T_INT_EQ(rc, -EAGAIN);
@@ -146,6 +174,7 @@ static void e_cancel(struct e_set *s, size_t i)
 
 	T_ASSERT(r->live);
 	r->live = false;
+	s->ended[i] = (uint8_t)r->gen;
 	if (r->far) {
 		r->far = false;
 		return;
@@ -180,6 +209,7 @@ static size_t e_pop_all(struct e_set *s)
 		r->pops++;
 		r->live = false;
 		r->linked = false;
+		s->ended[r - s->r] = (uint8_t)r->gen;
 		n++;
 	}
 	return n;
@@ -365,21 +395,22 @@ START_TEST(test_wheel_ents_claim_race)
 }
 END_TEST
 
-START_TEST(test_wheel_ents_sweep_bound)
+/*
+ * 100 timers re-armed over and over into one far slot, 600 lives each (the
+ * entries' 8 bits of life wrap): each re-arm leaves a stale entry.  Sweeps
+ * keep the slot under WHEEL_SWEEP_MIN entries, at no more than two asks per
+ * entry filed, and only live records fire, once.  With gone(), no record
+ * is read before the visit; without it, sweeps look at the records.
+ */
+static void e_sweep_bound(bool gone)
 {
-	struct e_set *s = e_new(100, 0);
-	uint64_t rounds = 0, filed = 0;
+	struct e_set *s = e_new_with(100, 0, gone);
+	uint64_t filed = 0;
 
-	/*
-	 * 100 timers re-armed over and over into one far slot: each re-arm
-	 * leaves a stale entry.  Sweeps keep the slot under WHEEL_SWEEP_MIN
-	 * entries, at no more than two looks per entry filed, and only live
-	 * records fire.
-	 */
 	for (size_t i = 0; i < s->n; i++)
 		T_ASSERT(e_arm(s, i, 8192 + i, 0));
 	filed = s->n;
-	for (rounds = 0; rounds < 600; rounds++) {
+	for (unsigned round = 0; round < 600; round++) {
 		for (size_t i = 0; i < s->n; i++) {
 			e_cancel(s, i);
 			T_ASSERT(e_arm(s, i, 8192 + 2 * i, 0));
@@ -387,12 +418,104 @@ START_TEST(test_wheel_ents_sweep_bound)
 		}
 		T_UINT_LE(wheel_entries(s->w), WHEEL_SWEEP_MIN);
 	}
-	T_UINT_LE(s->looks, 2 * filed);
-	T_UINT_GT(s->looks, 0);
+	if (gone) {
+		T_UINT_EQ(s->looks + s->prefetches, 0);
+		T_UINT_LE(s->gones, 2 * filed);
+		T_UINT_GT(s->gones, 0);
+	} else {
+		T_UINT_LE(s->looks, 2 * filed);
+		T_UINT_GT(s->looks, 0);
+	}
 	T_UINT_EQ(s->claims, 0);
 	e_check(s);
 	T_UINT_EQ(e_run(s, UINT64_MAX), s->n);
 	T_UINT_EQ(s->claims, s->n);
+	for (size_t i = 0; i < s->n; i++)
+		T_UINT_EQ(s->r[i].pops, 1);
+	e_free(s);
+}
+
+START_TEST(test_wheel_ents_sweep_bound)
+{
+	e_sweep_bound(true);
+}
+END_TEST
+
+START_TEST(test_wheel_ents_sweep_bound_by_looks)
+{
+	e_sweep_bound(false);
+}
+END_TEST
+
+START_TEST(test_wheel_ents_sweep_reads_no_record)
+{
+	enum { LIVE = 3 * WHEEL_SWEEP_MIN, GONE = 2 * LIVE };
+	struct e_set *s = e_new(LIVE + GONE, 0);
+
+	/*
+	 * A slot whose timers all stand passes the sweep's size, again and
+	 * again: its samples ask gone(), find nothing stale and let it grow,
+	 * reading none of the records.  Beside it, a slot of entries that all
+	 * went stale: its sweeps drop them, also without a look.
+	 */
+	for (size_t i = 0; i < LIVE; i++)
+		T_ASSERT(e_arm(s, i, 8192 + i % 100, 0));
+	T_UINT_EQ(wheel_entries(s->w), LIVE);
+	T_UINT_GT(s->gones, 0);
+	for (size_t i = LIVE; i < LIVE + GONE; i++) {
+		T_ASSERT(e_arm(s, i, 300000, 0));
+		e_cancel(s, i);
+	}
+	T_UINT_LE(wheel_entries(s->w), LIVE + WHEEL_SWEEP_MIN);
+	T_UINT_EQ(s->looks + s->prefetches + s->claims, 0);
+	/* The visit loads and looks at the standing only. */
+	T_UINT_EQ(e_run(s, UINT64_MAX), LIVE);
+	T_UINT_EQ(s->claims, LIVE);
+	T_UINT_LE(s->looks, 2 * (uint64_t)LIVE);
+	T_UINT_LE(s->prefetches, s->looks);
+	e_free(s);
+}
+END_TEST
+
+START_TEST(test_wheel_ents_sweep_all)
+{
+	enum { N = 3000 };
+	struct e_set *s = e_new(2 * N, 0);
+	uint64_t rng = t_seed(0xe6);
+
+	/*
+	 * A slot that takes no more entries is never swept as it grows:
+	 * wheel_sweep_entries() sweeps every slot.  N timers in one slot,
+	 * N more spread far, two thirds of each cancelled: the sweep drops
+	 * exactly the cancelled ones, reads no record, and what stands fires
+	 * once, never early.  Without gone() it does nothing.
+	 */
+	for (size_t i = 0; i < N; i++)
+		T_ASSERT(e_arm(s, i, 70000 + i % 50, 0));
+	for (size_t i = N; i < 2 * N; i++)
+		T_ASSERT(e_arm(s, i, 10000 + t_rand_below(&rng, 5000000), 0));
+	for (size_t i = 0; i < 2 * N; i++)
+		if (i % 3)
+			e_cancel(s, i);
+	T_UINT_EQ(wheel_entries(s->w), 2 * N);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 2 * N - 2 * N / 3);
+	T_UINT_EQ(wheel_entries(s->w), 2 * N / 3);
+	T_UINT_EQ(s->looks + s->prefetches + s->claims, 0);
+	e_check(s);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), 2 * N / 3);
+	for (size_t i = 0; i < 2 * N; i++)
+		T_UINT_EQ(s->r[i].pops, i % 3 ? 0u : 1u);
+	e_free(s);
+
+	s = e_new_with(10, 0, false);
+	for (size_t i = 0; i < s->n; i++)
+		T_ASSERT(e_arm(s, i, 70000, 0));
+	e_cancel(s, 0);
+	T_UINT_EQ(wheel_sweep_entries(s->w), 0);
+	T_UINT_EQ(wheel_entries(s->w), s->n);
+	T_UINT_EQ(s->looks, 0);
+	T_UINT_EQ(e_run(s, UINT64_MAX), s->n - 1);
 	e_free(s);
 }
 END_TEST
@@ -412,9 +535,12 @@ START_TEST(test_wheel_ents_untouched_until_visit)
 	wheel_advance(s->w, 65535);
 	T_UINT_EQ(s->looks + s->prefetches + s->claims, 0);
 	T_UINT_EQ(e_run(s, UINT64_MAX), s->n - (s->n + 2) / 3);
-	/* The visit looked at each once and loaded each ahead of the look. */
-	T_UINT_GE(s->looks, s->n);
-	T_UINT_EQ(s->prefetches, s->n);
+	/*
+	 * The visit looked at each that stood, once, and loaded each ahead of
+	 * its look; those gone() ruled out it neither loaded nor looked at.
+	 */
+	T_UINT_EQ(s->looks, s->n - (s->n + 2) / 3);
+	T_UINT_EQ(s->prefetches, s->looks);
 	e_free(s);
 }
 END_TEST
@@ -447,6 +573,31 @@ START_TEST(test_wheel_ents_flush)
 	T_UINT_EQ(popped, stood);
 	for (size_t i = 0; i < s->n; i++)
 		T_UINT_EQ(s->r[i].pops, (i % 7 == 0) ? 0u : 1u);
+	e_free(s);
+}
+END_TEST
+
+START_TEST(test_wheel_ents_gen_alias)
+{
+	struct e_set *s = e_new(1, 0);
+
+	/*
+	 * An entry keeps 8 bits of its record's life.  A stale entry whose bits
+	 * match a later life stands for that life: its visit re-files or claims
+	 * the live record, which still fires once, exactly at its own time.
+	 */
+	T_ASSERT(e_arm(s, 0, 10000, 0));
+	e_cancel(s, 0);
+	/* 255 lives come and go: the next one's low 8 bits are the old one's. */
+	s->r[0].gen += 255;
+	s->ended[0] = (uint8_t)s->r[0].gen;
+	T_ASSERT(e_arm(s, 0, 300000, 0));
+	T_ASSERT(wheel_entry_gen(wheel_entry_of(0, s->r[0].gen - 256), s->r[0].gen));
+	T_UINT_EQ(wheel_entries(s->w), 2);
+	T_UINT_EQ(e_run(s, UINT64_MAX), 1);
+	T_UINT_EQ(s->r[0].pops, 1);
+	T_UINT_EQ(wheel_entries(s->w), 0);
+	e_check(s);
 	e_free(s);
 }
 END_TEST
@@ -519,9 +670,13 @@ int main(void)
 	tcase_add_test(tc, test_wheel_ents_stale_never_claimed);
 	tcase_add_test(tc, test_wheel_ents_claim_race);
 	tcase_add_test(tc, test_wheel_ents_sweep_bound);
+	tcase_add_test(tc, test_wheel_ents_sweep_bound_by_looks);
+	tcase_add_test(tc, test_wheel_ents_sweep_all);
 	tcase_add_test(tc, test_wheel_ents_untouched_until_visit);
+	tcase_add_test(tc, test_wheel_ents_sweep_reads_no_record);
 	tcase_add_test(tc, test_wheel_ents_flush);
 	tcase_add_test(tc, test_wheel_ents_refused);
+	tcase_add_test(tc, test_wheel_ents_gen_alias);
 	tcase_add_test(tc, test_wheel_ents_next_and_check);
 	suite_add_tcase(s, tc);
 	return t_main(s, "wheel_ents");

@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * arrival.c - far timers filed by value: the shard never touches their
+ * records between their arm and their slot's visit.
+ *
+ * Why
+ * ---
+ * An idle timeout is armed, pushed later and cancelled by its connection's
+ * thread, and rarely fires.  Posted through the inbox, its record is read by
+ * the shard's walk and written when linked into the wheel, so the caller's
+ * next push or cancel takes the line back from the shard's core: a load by
+ * the shard costs the cancel as much as a write (docs/BENCHMARKS.md, "What
+ * the shard's look at a record costs the next cancel").  A timer whose fire
+ * tick is at least ARRIVAL_FAR_TICKS ahead instead reaches the shard as a
+ * value, (record index, generation, fire tick), which the shard files in a
+ * far slot of its wheel (wheel_file_entry()).  Its cancel is posted, and
+ * the shard, which holds no link to the record, only retires it (its
+ * entries go stale: the record's state or generation says so); a later
+ * deadline is a store, as before.  The wheel looks at the record only when
+ * its slot comes, and drops the entry if it went stale; its sweeps, and its
+ * visits before they load a record, tell stale entries by the lives that
+ * ended (ent_gone(): one byte per record, apart from the records).
+ *
+ * Arrival blocks
+ * --------------
+ * Each calling thread has at most one open block, for the shard it arms on
+ * (tstate.arr): ARRIVAL_N entries that only it writes, and a published count
+ * (pub) that the shard reads.  Opening a block pushes it on the shard's
+ * arr_new stack (one CAS per ARRIVAL_N far arms); the shard moves new blocks
+ * to its own list and, at the start of every pass and before its wheel moves
+ * on, files what each block published since it last looked.  A thread leaves
+ * a block when it is full, when the thread moves to another shard or leaves
+ * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
+ * never touches the block again; the shard frees it once it has filed all.
+ * A block a destroy finds open is freed with its shard.
+ *
+ * Telling the shard
+ * -----------------
+ * An entry is two plain stores, the entry and then the count (release): no
+ * fence, no look at the shard.  A fence on every arm would wait for the
+ * block's line, which the shard has read, to come back (measured at about
+ * 30 ns an arm, docs/BENCHMARKS.md).  Instead the shard comes to look:
+ *  - It files whatever every block published at the start of each pass,
+ *    before its wheel moves on, so no entry can be overtaken by time.
+ *  - While a block is open and not dormant, the shard sleeps at most
+ *    ARRIVAL_POLL_TICKS.  An entry's fire tick is at least ARRIVAL_FAR_TICKS
+ *    past its arm, so the shard files it before it could be due.
+ *  - A block whose thread published nothing for ARRIVAL_POLL_TICKS becomes
+ *    dormant, so an idle service sleeps as long as its wheel lets it: the
+ *    shard sets the flag, forces a barrier on every thread of the process
+ *    (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) and reads the count
+ *    again.  The thread reads the flag after its count store.  Whichever
+ *    point between those two the barrier hits the thread at, either the
+ *    shard's second read sees the entry or the thread sees the flag; then
+ *    it clears the flag and wakes the shard (arrival_rouse()).
+ *  - Opening a block is a CAS, a full fence, after which the thread looks at
+ *    the tick the shard sleeps until (seq_cst both ways, as with posts): if
+ *    the shard would not look before the block's first entry could come
+ *    near, it is woken.
+ * Where membarrier() is refused (an old kernel, a seccomp filter), each
+ * entry is published with a fence instead and wakes the shard if its fire
+ * tick is earlier than the tick the shard sleeps until (arrival_fenced()),
+ * and blocks never become dormant.
+ *
+ * A new block counts as ARRIVAL_N posts towards the shard's backlog, so a
+ * burst of far arms wakes a sleeping shard as often as a burst of posts
+ * does, and an arm waits for a shard that is far behind as a post's would.
+ */
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "internal.h"
+#include "timer.h"
+
+_Static_assert(ID_INDEX_BITS <= WHEEL_ENTRY_IDX_BITS, "a wheel entry names any record of a shard");
+
+bool arrival_lazy;
+static pthread_once_t arrival_once = PTHREAD_ONCE_INIT;
+
+static long membarrier(int cmd)
+{
+	return syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+/* Whether this process may use expedited private membarriers; registers it if so. */
+static void arrival_probe(void)
+{
+	long cmds = atomic_load_explicit(&fault_membarrier, memory_order_relaxed)
+			    ? -1 : membarrier(MEMBARRIER_CMD_QUERY);
+
+	arrival_lazy = cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+
+static struct rec *rec_at(struct shard *s, uint32_t idx)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
+						   memory_order_acquire);
+
+	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+}
+
+/* ---- the arming thread ------------------------------------------------ */
+
+void arrival_close(struct tstate *t)
+{
+	if (!t->arr)
+		return;
+	/* Release: the entries before the flag that lets the shard free the block. */
+	atomic_store_explicit(&t->arr->pub, t->arr_n | ARRIVAL_CLOSED, memory_order_release);
+	t->arr = NULL;
+	t->arr_n = 0;
+}
+
+/* Pushes the chain @first..@last on the stack @head (pushes are ABA-safe). */
+static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
+			 struct arrival *last)
+{
+	struct arrival *old = atomic_load_explicit(head, memory_order_relaxed);
+
+	do {
+		last->next = old;
+	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_release,
+							memory_order_relaxed));
+}
+
+/*
+ * A block for @t to open on @s: a spare of its own, else the shard's pool
+ * taken whole (an exchange, so no popper can be fooled by a block that
+ * went and came back), else a new one.  Blocks are never freed before
+ * their shard: reusing them spares the allocator's lock, which a shard
+ * freeing what threads allocate made them wait on.
+ */
+static struct arrival *arrival_get(struct shard *s, struct tstate *t)
+{
+	struct arrival *b = t->arr_spare, *old;
+
+	if (!b && atomic_load_explicit(&s->arr_pool, memory_order_relaxed))
+		/* Acquire pairs with the shard's push: it is done with them. */
+		b = atomic_exchange_explicit(&s->arr_pool, NULL, memory_order_acquire);
+	if (b) {
+		t->arr_spare = b->next;
+		return b;
+	}
+	b = fault_hit() ? NULL : malloc(sizeof(*b));
+	if (!b)
+		return NULL;
+	old = atomic_load_explicit(&s->arr_all, memory_order_relaxed);
+	do {
+		b->all_next = old;
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_all, &old, b, memory_order_relaxed,
+							memory_order_relaxed));
+	return b;
+}
+
+/* @t leaves its shard: its block is closed, its spares go back to the pool. */
+void arrival_leave(struct tstate *t)
+{
+	struct arrival *last = t->arr_spare;
+
+	arrival_close(t);
+	if (!last)
+		return;
+	while (last->next)
+		last = last->next;
+	arrival_push(&t->s->arr_pool, t->arr_spare, last);
+	t->arr_spare = NULL;
+}
+
+/*
+ * arrival_open - arrival_room()'s slow path: a new block of @t's for its
+ * shard @s.  False when it cannot be had; the arm then posts its record as
+ * any other.  A new block counts as ARRIVAL_N posts
+ * towards the shard's backlog (shard_post()): it wakes a sleeping shard
+ * every SHARD_POST_BATCH, and sets *@behind (to 1 + the shard's index) when
+ * the shard is SHARD_POST_LIMIT behind, so that the arm waits as a post's
+ * would.
+ */
+bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind)
+{
+	struct arrival *b, *old;
+	uint64_t n, sleep;
+
+	arrival_close(t);
+	b = arrival_get(s, t);
+	if (!b)
+		return false;
+	atomic_store_explicit(&b->pub, 0, memory_order_relaxed);
+	atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
+	b->taken = 0;
+	b->seen_at = 0;
+	b->base = fire > ARRIVAL_SPAN / 2 ? fire - ARRIVAL_SPAN / 2 : 0;
+	t->arr_base = b->base;
+	old = atomic_load_explicit(&s->arr_new, memory_order_relaxed);
+	do {
+		b->next = old;
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_new, &old, b, memory_order_seq_cst,
+							memory_order_relaxed));
+	t->arr = b;
+	t->arr_n = 0;
+	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
+	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
+		shard_wake(s);
+	/* Approximate, as shard_post()'s count. */
+	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + ARRIVAL_POSTS;
+	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
+	if (n >= SHARD_POST_BATCH && sleep)
+		shard_wake(s);
+	if (n >= SHARD_POST_LIMIT && !tls_shard)
+		*behind = s->index + 1;
+	return true;
+}
+
+/* A dormant block's thread published again: the shard looks at it anew. */
+void arrival_rouse(struct shard *s, struct arrival *b)
+{
+	if (atomic_exchange_explicit(&b->dormant, 0, memory_order_relaxed))
+		shard_wake(s);
+}
+
+/* Without membarrier(): the entry published with a fence, the shard woken if it sleeps past it. */
+void arrival_fenced(struct shard *s, uint64_t fire)
+{
+	uint64_t sleep;
+
+	/* seq_cst, as shard_post()'s push and load: pairs with the shard's sleep_tick store. */
+	atomic_thread_fence(memory_order_seq_cst);
+	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (fire < sleep_tick_of(sleep))
+		shard_wake(s);
+}
+
+/* ---- the shard -------------------------------------------------------- */
+
+/* Whether @e's record is in that life and filed by value; if so, *@fire. */
+static bool ent_look(void *ctx, struct wheel_entry e, uint64_t *fire)
+{
+	struct rec *r = rec_at(ctx, e.idx);
+	uint64_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	for (;;) {
+		uint64_t deadline, again;
+		uint32_t slack;
+
+		if (!wheel_entry_gen(e, st_gen(st)) || !(st & ST_FAR))
+			return false;
+		if (st_of(st) == ST_RESETTING) {
+			/*
+			 * Its deadline is on the move; the claim waits the
+			 * resetter out, and a post follows if it moved earlier.
+			 */
+			*fire = UINT64_MAX;
+			return true;
+		}
+		/* The word on both sides of the fields, as a sequence lock's reader. */
+		deadline = __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
+		slack = __atomic_load_n(&r->wt.slack, __ATOMIC_RELAXED);
+		atomic_thread_fence(memory_order_acquire);
+		again = atomic_load_explicit(&r->state, memory_order_relaxed);
+		if (again == st) {
+			*fire = wheel_fire_tick(deadline, slack);
+			return true;
+		}
+		st = again;
+	}
+}
+
+static void ent_prefetch(void *ctx, struct wheel_entry e)
+{
+	/* For writing: most entries looked at are claimed (they are near). */
+	__builtin_prefetch(rec_at(ctx, e.idx), 1);
+}
+
+static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
+{
+	struct rec *r = rec_at(ctx, e.idx);
+	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
+
+	/* The life the entry names, if its low bits match (wheel.h). */
+	if (!wheel_entry_gen(e, st_gen(old)) || !timer_claim_far(r, st_gen(old), &old))
+		return NULL;
+	if (r->wt.where != WHEEL_NONE)
+		kairos_die("record filed by value is linked");
+	return &r->wt;
+}
+
+/*
+ * Whether @e names a life of its record that has ended, from the chunk's
+ * ended bytes alone (struct chunk_head): the record's line stays with
+ * whoever uses it.  Every life ends through a retire, which notes it
+ * before the record can be taken for the next, and the shard reads the
+ * note after the entry.  So the note of a record whose entry stands is the
+ * life just before the entry's, and an entry of any other life is stale.
+ * Lives count up by one, but after 2^32 - 1 comes 1 (timer_recycle()): an
+ * entry of life 1 mod 256 after a note of 255 mod 256 stands as well.
+ */
+static bool ent_gone(void *ctx, struct wheel_entry e)
+{
+	struct shard *s = ctx;
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[e.idx >> CHUNK_BITS],
+						   memory_order_acquire);
+	uint8_t ended = atomic_load_explicit(&c->h.head.ended[e.idx & (CHUNK_RECS - 1)],
+					     memory_order_relaxed);
+
+	return !wheel_entry_gen(e, (uint8_t)(ended + 1)) &&
+	       !(ended == UINT8_MAX && wheel_entry_gen(e, 1));
+}
+
+void arrival_ops_init(struct shard *s)
+{
+	int err = pthread_once(&arrival_once, arrival_probe);
+
+	if (err)
+		kairos_die_err("pthread_once", err);
+	s->eops = (struct wheel_entry_ops){
+		.look = ent_look,
+		.prefetch = ent_prefetch,
+		.claim = ent_claim,
+		.gone = ent_gone,
+		.ctx = s,
+	};
+	wheel_set_entry_ops(&s->wheel, &s->eops);
+}
+
+/* Files one arrival: by value when the wheel takes it, else claimed and linked now. */
+static void arrival_file(struct shard *s, const struct arrival *b, const struct arrival_ent *a)
+{
+	struct wheel_entry e = a->ent;
+	struct wheel_timer *t;
+
+	if (wheel_file_entry(&s->wheel, e, b->base + a->dtick) == 0)
+		return;
+	/* Near by now (the shard was late), or no memory for the slot. */
+	t = ent_claim(s, e);
+	if (t)
+		wheel_insert(&s->wheel, t);
+}
+
+/*
+ * Makes @b dormant, its thread having published nothing for a while: see
+ * "Telling the shard".  Anything published meanwhile is filed next pass.
+ */
+static void arrival_doze(struct arrival *b)
+{
+	uint32_t seen = b->taken;
+
+	atomic_store_explicit(&b->dormant, 1, memory_order_relaxed);
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
+		kairos_die_err("membarrier", errno);
+	if (atomic_load_explicit(&b->pub, memory_order_relaxed) != seen)
+		atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
+}
+
+/*
+ * arrivals_take - the shard files what every arrival block published since
+ * it last looked, and frees the blocks their threads left and it has read
+ * to the end.  Shard thread (or, after it stopped, its destroyer).
+ */
+void arrivals_take(struct shard *s)
+{
+	struct arrival **pp, *b;
+	bool took = false;
+
+	if (atomic_load_explicit(&s->arr_new, memory_order_relaxed)) {
+		/* Acquire pairs with the openers' CAS: the blocks' first words. */
+		b = atomic_exchange_explicit(&s->arr_new, NULL, memory_order_acquire);
+		while (b) {
+			struct arrival *next = b->next;
+
+			b->next = s->arr_open;
+			b->seen_at = s->wheel.curr;
+			s->arr_open = b;
+			b = next;
+		}
+	}
+	for (pp = &s->arr_open; (b = *pp);) {
+		/* Acquire pairs with the thread's stores: the entries up to pub. */
+		uint32_t pub = atomic_load_explicit(&b->pub, memory_order_acquire);
+		uint32_t n = pub & ~ARRIVAL_CLOSED;
+
+		if (b->taken < n) {
+			took = true;
+			b->seen_at = s->wheel.curr;
+		}
+		for (; b->taken < n; b->taken++)
+			arrival_file(s, b, &b->e[b->taken]);
+		if (pub & ARRIVAL_CLOSED) {
+			*pp = b->next;
+			arrival_push(&s->arr_pool, b, b);
+			continue;
+		}
+		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
+		    s->wheel.curr - b->seen_at >= ARRIVAL_POLL_TICKS)
+			arrival_doze(b);
+		pp = &b->next;
+	}
+	if (took)
+		shard_posts_taken(s);
+}
+
+/*
+ * arrivals_waiting - after the shard stored the tick it sleeps until
+ * (seq_cst): whether an arrival block has something it has not taken.
+ */
+bool arrivals_waiting(struct shard *s)
+{
+	if (atomic_load_explicit(&s->arr_new, memory_order_seq_cst))
+		return true;
+	for (struct arrival *b = s->arr_open; b; b = b->next) {
+		uint32_t pub = atomic_load_explicit(&b->pub, memory_order_seq_cst);
+
+		if ((pub & ARRIVAL_CLOSED) || pub != b->taken)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * arrivals_polling - whether the shard must look at its blocks again within
+ * ARRIVAL_POLL_TICKS: a block is open and not dormant.
+ */
+bool arrivals_polling(struct shard *s)
+{
+	if (!arrival_lazy)
+		return false;
+	for (struct arrival *b = s->arr_open; b; b = b->next)
+		if (!atomic_load_explicit(&b->dormant, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* arrivals_free - frees every block of @s, as its service goes (no thread uses them). */
+void arrivals_free(struct shard *s)
+{
+	struct arrival *b = atomic_exchange_explicit(&s->arr_all, NULL, memory_order_acquire);
+
+	while (b) {
+		struct arrival *next = b->all_next;
+
+		free(b);
+		b = next;
+	}
+	atomic_store_explicit(&s->arr_new, NULL, memory_order_relaxed);
+	atomic_store_explicit(&s->arr_pool, NULL, memory_order_relaxed);
+	s->arr_open = NULL;
+}

@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * far.c - timers filed by value (src/arrival.c): a timer armed with a delay
+ * of at least 4,096 ticks reaches its shard as (index, generation, fire
+ * tick) and is not touched until its slot comes.  Every promise holds for
+ * them as for any other: never early and exactly once, pushed later and
+ * moved earlier, cancelled (the shard sleeps through a quiet spell), cancelled
+ * synchronously, drained at destroy, armed by threads that exit at once,
+ * counted under max_timers, and kept through the sweeps of a slot that
+ * churns beside them.
+ *
+ * The services here tick every 10 us, so "far" starts at 40.96 ms and the
+ * tests take a fraction of a second.  meson runs the program on both
+ * backends.
+ */
+#include <pthread.h>
+
+#include "t_util.h"
+#include "../src/fault.h"
+
+#define F_TICK		(10 * T_US)
+#define F_FAR		(4096 * F_TICK)		/* the least delay filed by value */
+
+static struct kairos *f_create(unsigned shards)
+{
+	struct kairos_config c = t_cfg(shards, 2);
+
+	c.tick_ns = F_TICK;
+	return t_create(&c);
+}
+
+/* A delay in [lo, lo + span). */
+static uint64_t f_delay(uint64_t *rng, uint64_t lo, uint64_t span)
+{
+	return lo + t_rand_below(rng, span);
+}
+
+static void f_exact_once(void)
+{
+	enum { N = 3000 };
+	static struct t_timer tm[N];
+	struct kairos *k = f_create(2);
+	uint64_t rng = t_seed(0xfa1);
+
+	/* Most far, some near: both paths side by side, none early, each once. */
+	for (int i = 0; i < N; i++) {
+		uint64_t d = i % 5 ? f_delay(&rng, F_FAR + T_MS, 250 * T_MS)
+				   : f_delay(&rng, T_MS, 30 * T_MS);
+
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
+	}
+	t_wait_fired(N);
+	t_check_calls(&tt, T_LATE);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_int(&tm[i].runs), 1);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_far_exact_once)
+{
+	f_exact_once();
+}
+END_TEST
+
+START_TEST(test_far_reset_later_and_earlier)
+{
+	enum { N = 600 };
+	static struct t_timer tm[N];
+	static uint64_t want[N];
+	struct kairos *k = f_create(1);
+
+	/*
+	 * Pushed later (a store, still by value), moved earlier but still far
+	 * (posted, then linked), and moved near: each fires once, never before
+	 * its last deadline.
+	 */
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_arm_fn(k, &tt, &tm[i], 200 * T_MS, t_cb, false), 0);
+		want[i] = tm[i].deadline;
+	}
+	for (int i = 0; i < N; i++) {
+		uint64_t d = i % 3 == 0 ? 300 * T_MS : i % 3 == 1 ? F_FAR + 5 * T_MS : 2 * T_MS;
+		uint64_t before = t_now(k);
+
+		ck_assert_int_eq(kairos_reset(k, tm[i].id, d), 0);
+		want[i] = before + d;
+	}
+	t_wait_fired(N);
+	t_check_calls(&tt, 0);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_int(&tm[i].runs), 1);
+		ck_assert_msg(t_u64(&tm[i].first_ns) >= want[i],
+			      "timer %d ran %" PRIu64 " ns before its deadline", i,
+			      want[i] - t_u64(&tm[i].first_ns));
+	}
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_far_idle_then_cancel)
+{
+	enum { N = 3000 };
+	static struct t_timer tm[N];
+	struct kairos_stats before, after;
+	struct kairos *k = f_create(1);
+
+	/*
+	 * Once the arming thread has been quiet for a while, the shard stops
+	 * looking at its block and sleeps as its wheel lets it: here, with
+	 * nothing near, it does not wake at all.  The cancels are posted, as
+	 * any cancel (the shard only retires the records: they are in no list),
+	 * and wake it once a batch has piled up.
+	 */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC), 0);
+	t_sleep_ms(200);	/* ten polls: the block is dormant */
+	ck_assert_int_eq(kairos_stats(k, &before), 0);
+	t_sleep_ms(100);
+	ck_assert_int_eq(kairos_stats(k, &after), 0);
+	ck_assert_uint_eq(after.wakeups, before.wakeups);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(i % 2 ? t_cancel(k, &tt, &tm[i]) : t_cancel_sync(k, &tt, &tm[i]), 0);
+	/* Cancelled means cancelled: again, and for a reset, the id is gone. */
+	for (int i = 0; i < N; i += 97) {
+		ck_assert_int_eq(kairos_cancel(k, tm[i].id), -ENOENT);
+		ck_assert_int_eq(kairos_reset(k, tm[i].id, T_MS), -ENOENT);
+	}
+	for (int i = 0; i < 200; i++) {
+		ck_assert_int_eq(kairos_stats(k, &after), 0);
+		if (after.wakeups > before.wakeups)
+			break;
+		t_sleep_ms(10);
+	}
+	ck_assert_msg(after.wakeups > before.wakeups, "the shard never woke for the cancels");
+	ck_assert_uint_eq(after.cancelled, N);
+	ck_assert_uint_eq(after.pending, 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_int(&tm[i].runs), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_far_cancel_races_its_visit)
+{
+	enum { N = 4000 };
+	static struct t_timer tm[N];
+	struct kairos *k = f_create(2);
+	uint64_t rng = t_seed(0xfa2), fired = 0, cancelled = 0;
+
+	/*
+	 * Cancels at about the time the shard claims the records from their
+	 * slots: each timer either fires or is cancelled, never both, never
+	 * neither.
+	 */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], f_delay(&rng, F_FAR, 20 * T_MS)), 0);
+	t_sleep_ns(F_FAR - 2 * T_MS);
+	for (int i = 0; i < N; i++)
+		t_cancel(k, &tt, &tm[i]);
+	t_sleep_ms(100);
+	for (int i = 0; i < N; i++) {
+		int runs = t_int(&tm[i].runs), cancels = t_int(&tm[i].cancel_ok);
+
+		ck_assert_int_eq(runs + cancels, 1);
+		fired += (uint64_t)runs;
+		cancelled += (uint64_t)cancels;
+	}
+	ck_assert_uint_eq(fired + cancelled, N);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_far_destroy_drains)
+{
+	enum { N = 2500 };
+	static struct t_timer tm[N];
+	struct kairos *k = f_create(2);
+
+	/* Still by value at destroy: each is drained once, and told so. */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC + (uint64_t)i * T_MS), 0);
+	for (int i = 0; i < N; i += 10)
+		ck_assert_int_eq(t_cancel(k, &tt, &tm[i]), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_NOTIFY, N - N / 10);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_int(&tm[i].notified), i % 10 ? 1 : 0);
+		ck_assert_int_eq(t_int(&tm[i].runs), 0);
+	}
+	ck_assert_uint_eq(atomic_load(&tt.notified), N - N / 10);
+}
+END_TEST
+
+struct f_arg {
+	struct kairos *k;
+	struct t_timer *tm;
+	int n;
+	int rc;
+};
+
+static void *f_arm_and_exit(void *p)
+{
+	struct f_arg *a = p;
+
+	for (int i = 0; i < a->n && !a->rc; i++)
+		a->rc = t_arm(a->k, &tt, &a->tm[i], F_FAR + 10 * T_MS + (uint64_t)i * T_US);
+	return NULL;
+}
+
+static void f_thread_exit(void)
+{
+	enum { THREADS = 8, PER = 100 };
+	static struct t_timer tm[THREADS][PER];
+	struct f_arg a[THREADS];
+	pthread_t th[THREADS];
+	struct kairos *k = f_create(2);
+
+	/*
+	 * Threads that arm far timers and exit at once leave their arrival
+	 * blocks half full: their shards still file and fire every timer.
+	 */
+	for (int i = 0; i < THREADS; i++) {
+		a[i] = (struct f_arg){ .k = k, .tm = tm[i], .n = PER };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, f_arm_and_exit, &a[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++) {
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		ck_assert_int_eq(a[i].rc, 0);
+	}
+	t_wait_fired(THREADS * PER);
+	t_check_calls(&tt, T_LATE);
+	for (int i = 0; i < THREADS; i++)
+		for (int j = 0; j < PER; j++)
+			ck_assert_int_eq(t_int(&tm[i][j].runs), 1);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_far_thread_exit)
+{
+	f_thread_exit();
+}
+END_TEST
+
+static void f_quiet_then_arm(void)
+{
+	static struct t_timer a, b;
+	struct kairos_stats st0, st1;
+	struct kairos *k = f_create(1);
+
+	/*
+	 * A thread arms, then keeps quiet until the shard stops looking at its
+	 * block; its next far timer must wake the shard, which otherwise has
+	 * nothing to wake for, and fire on time.
+	 */
+	ck_assert_int_eq(t_arm(k, &tt, &a, F_FAR + 5 * T_MS), 0);
+	t_wait_fired(1);
+	t_sleep_ms(200);
+	ck_assert_int_eq(kairos_stats(k, &st0), 0);
+	t_sleep_ms(50);
+	ck_assert_int_eq(kairos_stats(k, &st1), 0);
+	ck_assert_uint_eq(st1.wakeups, st0.wakeups);
+	ck_assert_int_eq(t_arm(k, &tt, &b, F_FAR + 5 * T_MS), 0);
+	t_wait_fired(2);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_far_quiet_then_arm)
+{
+	f_quiet_then_arm();
+}
+END_TEST
+
+static void f_earlier_in_open_block(void)
+{
+	static struct t_timer a, b;
+	struct kairos *k = f_create(1);
+
+	/*
+	 * The second entry of a block the shard already knows, due long before
+	 * anything the shard waits for: no new block, no wake from the arm,
+	 * yet the shard files it in time and it fires.
+	 */
+	ck_assert_int_eq(t_arm(k, &tt, &a, 3600 * T_SEC), 0);
+	t_sleep_ms(5);
+	ck_assert_int_eq(t_arm(k, &tt, &b, F_FAR + 5 * T_MS), 0);
+	t_wait_fired(1);
+	ck_assert_int_eq(t_int(&b.runs), 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_int_eq(t_cancel(k, &tt, &a), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_far_earlier_in_open_block)
+{
+	f_earlier_in_open_block();
+}
+END_TEST
+
+/*
+ * Where membarrier() is refused, each entry is published with a fence and
+ * wakes the shard itself when it must (src/arrival.c): the same promises.
+ */
+START_TEST(test_far_fenced)
+{
+	atomic_store(&fault_membarrier, 1);
+	f_exact_once();
+	memset(&tt, 0, sizeof(tt));
+	tt.clock = CLOCK_MONOTONIC;
+	f_thread_exit();
+	memset(&tt, 0, sizeof(tt));
+	tt.clock = CLOCK_MONOTONIC;
+	f_quiet_then_arm();
+	memset(&tt, 0, sizeof(tt));
+	tt.clock = CLOCK_MONOTONIC;
+	f_earlier_in_open_block();
+}
+END_TEST
+
+START_TEST(test_far_churn_beside_standing)
+{
+	enum { STAND = 2000, CHURN = 300, ROUNDS = 50 };
+	static struct t_timer stand[STAND], churn[ROUNDS][CHURN];
+	struct kairos *k = f_create(1);
+	uint64_t rng = t_seed(0xfa7);
+
+	/*
+	 * Standing far timers, and beside them, in the same few slots, far
+	 * timers armed and cancelled over and over: each cancel leaves a stale
+	 * entry, their records come back in new lives, and the slots pass the
+	 * size at which they are swept (src/wheel.c).  A sweep tells stale
+	 * entries by the lives that ended, without loading a record: it must
+	 * never drop one that stands.  Every standing timer and each churned
+	 * one's last life fire once, never early; no cancelled life runs.
+	 */
+	for (int i = 0; i < STAND; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &stand[i], f_delay(&rng, 2 * F_FAR, 5 * T_MS)), 0);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < CHURN; i++) {
+			if (r > 0)
+				ck_assert_int_eq(t_cancel(k, &tt, &churn[r - 1][i]), 0);
+			ck_assert_int_eq(t_arm(k, &tt, &churn[r][i],
+					       f_delay(&rng, 2 * F_FAR, 5 * T_MS)), 0);
+		}
+	t_wait_fired(STAND + CHURN);
+	t_check_calls(&tt, T_LATE);
+	for (int i = 0; i < STAND; i++)
+		ck_assert_int_eq(t_int(&stand[i].runs), 1);
+	for (int r = 0; r < ROUNDS; r++)
+		for (int i = 0; i < CHURN; i++)
+			ck_assert_int_eq(t_int(&churn[r][i].runs), r == ROUNDS - 1);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+START_TEST(test_far_max_timers)
+{
+	enum { MAX = 1000 };
+	static struct t_timer tm[MAX + 10];
+	struct kairos_config c = t_cfg(2, 2);
+	struct kairos *k;
+	int ok = 0;
+
+	/* Filed by value or not, max_timers is exact; a cancel gives its place back. */
+	c.tick_ns = F_TICK;
+	c.max_timers = MAX;
+	k = t_create(&c);
+	for (int i = 0; i < MAX + 10; i++) {
+		int rc = t_arm(k, &tt, &tm[i], 3600 * T_SEC);
+
+		ck_assert(rc == 0 || rc == -EAGAIN);
+		ok += rc == 0;
+		ck_assert_int_eq(rc, i < MAX ? 0 : -EAGAIN);
+	}
+	ck_assert_int_eq(ok, MAX);
+	ck_assert_int_eq(t_cancel(k, &tt, &tm[0]), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &tm[MAX], 3600 * T_SEC), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &tm[MAX + 1], 3600 * T_SEC), -EAGAIN);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, MAX);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("far");
+	TCase *tc = tcase_create("far");
+
+	tcase_add_checked_fixture(tc, t_setup, NULL);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_far_exact_once);
+	tcase_add_test(tc, test_far_reset_later_and_earlier);
+	tcase_add_test(tc, test_far_idle_then_cancel);
+	tcase_add_test(tc, test_far_cancel_races_its_visit);
+	tcase_add_test(tc, test_far_destroy_drains);
+	tcase_add_test(tc, test_far_thread_exit);
+	tcase_add_test(tc, test_far_max_timers);
+	tcase_add_test(tc, test_far_churn_beside_standing);
+	tcase_add_test(tc, test_far_quiet_then_arm);
+	tcase_add_test(tc, test_far_earlier_in_open_block);
+	tcase_add_test(tc, test_far_fenced);
+	suite_add_tcase(s, tc);
+	return t_main(s, "far");
+}
