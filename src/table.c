@@ -155,9 +155,9 @@ static uint8_t *map_aligned(size_t len, size_t align)
  * a few dozen TLB entries rather than a page walk (5-10% a call,
  * docs/BENCHMARKS.md), while a smaller pool keeps its small pages, since a
  * huge page is resident whole (a region's unused chunks cost at most 2 MiB
- * a shard, 15 bytes a timer where regions begin).  The advice is only advice: where
- * transparent huge pages are off, the region is plain memory.  Call with
- * grow_lock held.
+ * a shard, 15 bytes a timer where regions begin).  The advice is only
+ * advice: where transparent huge pages are off, the region is plain
+ * memory.  Call with grow_lock held.
  */
 static struct rec_chunk *chunk_map(struct shard *s, unsigned no)
 {
