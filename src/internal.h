@@ -200,15 +200,6 @@ _Static_assert(sizeof(struct rec_ext) == 64, "an ext entry is one cache line");
 #define CHUNK_RECS	(1u << CHUNK_BITS)
 #define CHUNK_BYTES	(CHUNK_RECS * sizeof(struct rec))
 #define MAX_CHUNKS	(MAX_RECORDS / CHUNK_RECS)
-/*
- * A shard's chunks past its first CHUNKS_SMALL (8 MiB, 131,040 records)
- * are cut from regions of CHUNK_REGION bytes, aligned to that and marked
- * for transparent huge pages: a large pool of records is then reached
- * through few TLB entries (table.c, chunk_map()).
- */
-#define CHUNK_REGION	(UINT64_C(2) << 20)
-#define CHUNK_REGION_CHUNKS	(CHUNK_REGION / CHUNK_BYTES)
-#define CHUNKS_SMALL	32u
 
 struct chunk_head {
 	uint32_t no;				/* chunk number in its shard */
@@ -590,9 +581,6 @@ struct shard {
 
 	pthread_mutex_t grow_lock;
 	_Atomic unsigned nchunks;
-	/* Under grow_lock: the 2 MiB region chunks are cut from, and how many are left in it. */
-	uint8_t *huge_next;
-	unsigned huge_left;
 	_Atomic(struct rec_chunk *) chunk[MAX_CHUNKS];
 
 	/* Calling threads that arm on this shard (thread.c): changed on join, move and leave. */

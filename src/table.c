@@ -125,59 +125,25 @@ static void ended_mark(struct rec *r)
 
 
 /*
- * @len bytes aligned to @align (a power of two, a multiple of the page),
- * straight from mmap: over-map by the alignment, trim both ends.
+ * A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, straight from mmap
+ * (aligned_alloc() keeps an extra header page resident per chunk, 3% of a
+ * record's worth of memory).  Over-map by the alignment, trim both ends.
  */
-static uint8_t *map_aligned(size_t len, size_t align)
+static struct rec_chunk *chunk_map(void)
 {
-	uint8_t *p = fault_hit() ? MAP_FAILED : mmap(NULL, len + align, PROT_READ | PROT_WRITE,
-						     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t len = 2 * CHUNK_BYTES;
+	uint8_t *p = fault_hit() ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uintptr_t start;
 	size_t head;
 
 	if (p == MAP_FAILED)
 		return NULL;
-	start = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
+	start = ((uintptr_t)p + CHUNK_BYTES - 1) & ~(uintptr_t)(CHUNK_BYTES - 1);
 	head = start - (uintptr_t)p;
 	if (head)
 		munmap(p, head);
-	if (align - head)
-		munmap((uint8_t *)start + len, align - head);
-	return (uint8_t *)start;
-}
-
-/*
- * A chunk's memory for chunk number @no of @s: CHUNK_BYTES aligned to
- * CHUNK_BYTES, straight from mmap (aligned_alloc() keeps an extra header
- * page resident per chunk, 3% of a record's worth of memory).  Past the
- * first CHUNKS_SMALL, chunks are cut from a CHUNK_REGION mapping marked
- * MADV_HUGEPAGE: at 1e6 timers a call's record is then found through one of
- * a few dozen TLB entries rather than a page walk (5-10% a call,
- * docs/BENCHMARKS.md), while a smaller pool keeps its small pages, since a
- * huge page is resident whole (a region's unused chunks cost at most 2 MiB
- * a shard, 15 bytes a timer where regions begin).  The advice is only
- * advice: where transparent huge pages are off, the region is plain
- * memory.  Call with grow_lock held.
- */
-static struct rec_chunk *chunk_map(struct shard *s, unsigned no)
-{
-	struct rec_chunk *c;
-
-	if (no < CHUNKS_SMALL)
-		return (struct rec_chunk *)map_aligned(CHUNK_BYTES, CHUNK_BYTES);
-	if (!s->huge_left) {
-		uint8_t *r = map_aligned(CHUNK_REGION, CHUNK_REGION);
-
-		if (!r)
-			return NULL;
-		(void)madvise(r, CHUNK_REGION, MADV_HUGEPAGE);
-		s->huge_next = r;
-		s->huge_left = CHUNK_REGION_CHUNKS;
-	}
-	c = (struct rec_chunk *)s->huge_next;
-	s->huge_next += CHUNK_BYTES;
-	s->huge_left--;
-	return c;
+	munmap((uint8_t *)start + CHUNK_BYTES, CHUNK_BYTES - head);
+	return (struct rec_chunk *)start;
 }
 
 /* Adds a chunk of fresh records to @s's free stack.  Slow path, locked. */
@@ -196,7 +162,7 @@ static int grow(struct kairos *k, struct shard *s)
 		rc = -ENOMEM;
 		goto out;
 	}
-	c = chunk_map(s, no);	/* zero-filled */
+	c = chunk_map();	/* zero-filled */
 	if (!c) {
 		rc = -ENOMEM;
 		goto out;
@@ -577,10 +543,5 @@ void table_free(struct shard *s)
 		free((void *)c->h.head.ended);
 		munmap(c, CHUNK_BYTES);
 	}
-	/* What the last region had left (chunks were unmapped one by one above). */
-	if (s->huge_left)
-		munmap(s->huge_next, (size_t)s->huge_left * CHUNK_BYTES);
-	s->huge_next = NULL;
-	s->huge_left = 0;
 	atomic_store_explicit(&s->nchunks, 0, memory_order_relaxed);
 }

@@ -697,44 +697,6 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
-/*
- * A shard's pool past CHUNKS_SMALL chunks is cut from 2 MiB regions marked
- * for huge pages (src/table.c): the records there work as any other.  One
- * shard holds two chunks' worth of timers more than CHUNKS_SMALL hold: each
- * id is distinct and works, every timer is cancelled exactly once, then
- * the pool is armed again from its recycled records and short timers in
- * it fire once, never early.
- */
-START_TEST(test_lifecycle_pool_grows_into_regions)
-{
-	enum { N = (CHUNKS_SMALL + 2) * (CHUNK_RECS - 1), FIRE = 3000 };
-	static struct t_timer tm[FIRE];
-	struct kairos_config c = t_cfg(1, 2);
-	struct kairos *k = t_create(&c);
-	kairos_id *ids = calloc(N, sizeof(*ids));
-
-	ck_assert_ptr_nonnull(ids);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(kairos_arm(k, 3600 * T_SEC, t_cb_never, NULL, &ids[i]), 0);
-	ck_assert_uint_gt(atomic_load(&k->shards[0]->nchunks), CHUNKS_SMALL);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(kairos_cancel(k, ids[i]), 0);
-	for (int i = 0; i < N; i += 7)
-		ck_assert_int_eq(kairos_cancel(k, ids[i]), -ENOENT);
-	tt.armed = N;
-	tt.cancelled = N;
-	for (int i = 0; i < FIRE; i++)
-		ck_assert_int_eq(t_arm(k, &tt, &tm[i], T_MS + (uint64_t)(i % 50) * T_MS), 0);
-	t_wait_fired(FIRE);
-	t_check_calls(&tt, T_LATE);
-	for (int i = 0; i < FIRE; i++)
-		ck_assert_int_eq(t_int(&tm[i].runs), 1);
-	t_check_identity(k, &tt);
-	free(ids);
-	t_destroy(k, KAIROS_DRAIN_DROP, 0);
-}
-END_TEST
-
 /* Every thread a service starts carries a name that top and gdb show. */
 static int count_comm(const char *name, bool prefix)
 {
@@ -942,7 +904,6 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_fork_exec);
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
-	tcase_add_test(tc, test_lifecycle_pool_grows_into_regions);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
