@@ -31,8 +31,9 @@
  * on, files what each block published since it last looked.  A thread leaves
  * a block when it is full, when the thread moves to another shard or leaves
  * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
- * never touches the block again; the shard frees it once it has filed all.
- * A block a destroy finds open is freed with its shard.
+ * never touches the block again; once the shard has filed all of it, the
+ * block goes to the shard's pool, for a thread to open again.  Blocks are
+ * freed with their shard.
  *
  * Telling the shard
  * -----------------
@@ -47,9 +48,10 @@
  *    past its arm, so the shard files it before it could be due.
  *  - A block whose thread published nothing for ARRIVAL_POLL_TICKS becomes
  *    dormant, so an idle service sleeps as long as its wheel lets it: the
- *    shard sets the flag, forces a barrier on every thread of the process
- *    (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) and reads the count
- *    again.  The thread reads the flag after its count store.  Whichever
+ *    shard sets the flag (on every such block of the pass), forces a
+ *    barrier on every thread of the process (one
+ *    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) a pass) and reads the
+ *    counts again.  The thread reads the flag after its count store.  Whichever
  *    point between those two the barrier hits the thread at, either the
  *    shard's second read sees the entry or the thread sees the flag; then
  *    it clears the flag and wakes the shard (arrival_rouse()).
@@ -62,9 +64,9 @@
  * tick is earlier than the tick the shard sleeps until (arrival_fenced()),
  * and blocks never become dormant.
  *
- * A new block counts as ARRIVAL_N posts towards the shard's backlog, so a
- * burst of far arms wakes a sleeping shard as often as a burst of posts
- * does, and an arm waits for a shard that is far behind as a post's would.
+ * A new block counts as ARRIVAL_POSTS posts towards the shard's backlog
+ * (shard_count_posts()), so a burst of far arms wakes a sleeping shard, and
+ * an arm waits for a shard that is far behind as a post's would.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -97,27 +99,22 @@ static void arrival_probe(void)
 		       membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 }
 
-static struct rec *rec_at(struct shard *s, uint32_t idx)
-{
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
-						   memory_order_acquire);
-
-	return &c->h.pad + (idx & (CHUNK_RECS - 1));
-}
-
 /* ---- the arming thread ------------------------------------------------ */
 
 void arrival_close(struct tstate *t)
 {
 	if (!t->arr)
 		return;
-	/* Release: the entries before the flag that lets the shard free the block. */
+	/* Release: the entries before the flag that lets the shard pool the block. */
 	atomic_store_explicit(&t->arr->pub, t->arr_n | ARRIVAL_CLOSED, memory_order_release);
 	t->arr = NULL;
 	t->arr_n = 0;
 }
 
-/* Pushes the chain @first..@last on the stack @head (pushes are ABA-safe). */
+/*
+ * Pushes the chain @first..@last on the stack @head (pushes are ABA-safe;
+ * seq_cst, which a block's opening needs: see "Telling the shard").
+ */
 static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
 			 struct arrival *last)
 {
@@ -125,7 +122,7 @@ static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
 
 	do {
 		last->next = old;
-	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_release,
+	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_seq_cst,
 							memory_order_relaxed));
 }
 
@@ -175,16 +172,15 @@ void arrival_leave(struct tstate *t)
 /*
  * arrival_open - arrival_room()'s slow path: a new block of @t's for its
  * shard @s.  False when it cannot be had; the arm then posts its record as
- * any other.  A new block counts as ARRIVAL_N posts
- * towards the shard's backlog (shard_post()): it wakes a sleeping shard
- * every SHARD_POST_BATCH, and sets *@behind (to 1 + the shard's index) when
- * the shard is SHARD_POST_LIMIT behind, so that the arm waits as a post's
- * would.
+ * any other.  A new block counts as ARRIVAL_POSTS posts towards the shard's
+ * backlog (shard_count_posts()), and sets *@behind (to 1 + the shard's
+ * index) when the shard is SHARD_POST_LIMIT behind, so that the arm waits
+ * as a post's would.
  */
 bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind)
 {
-	struct arrival *b, *old;
-	uint64_t n, sleep;
+	struct arrival *b;
+	uint64_t sleep;
 
 	arrival_close(t);
 	b = arrival_get(s, t);
@@ -196,23 +192,14 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	b->seen_at = 0;
 	b->base = fire > ARRIVAL_SPAN / 2 ? fire - ARRIVAL_SPAN / 2 : 0;
 	t->arr_base = b->base;
-	old = atomic_load_explicit(&s->arr_new, memory_order_relaxed);
-	do {
-		b->next = old;
-	} while (!atomic_compare_exchange_weak_explicit(&s->arr_new, &old, b, memory_order_seq_cst,
-							memory_order_relaxed));
+	arrival_push(&s->arr_new, b, b);
 	t->arr = b;
 	t->arr_n = 0;
 	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
 	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
 	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
 		shard_wake(s);
-	/* Approximate, as shard_post()'s count. */
-	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + ARRIVAL_POSTS;
-	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
-	if (n >= SHARD_POST_BATCH && sleep)
-		shard_wake(s);
-	if (n >= SHARD_POST_LIMIT && !tls_shard)
+	if (shard_count_posts(s, ARRIVAL_POSTS, sleep))
 		*behind = s->index + 1;
 	return true;
 }
@@ -241,7 +228,7 @@ void arrival_fenced(struct shard *s, uint64_t fire)
 /* Whether @e's record is in that life and filed by value; if so, *@fire. */
 static bool ent_look(void *ctx, struct wheel_entry e, uint64_t *fire)
 {
-	struct rec *r = rec_at(ctx, e.idx);
+	struct rec *r = table_rec(ctx, e.idx);
 	uint64_t st = atomic_load_explicit(&r->state, memory_order_acquire);
 
 	for (;;) {
@@ -274,12 +261,12 @@ static bool ent_look(void *ctx, struct wheel_entry e, uint64_t *fire)
 static void ent_prefetch(void *ctx, struct wheel_entry e)
 {
 	/* For writing: most entries looked at are claimed (they are near). */
-	__builtin_prefetch(rec_at(ctx, e.idx), 1);
+	__builtin_prefetch(table_rec(ctx, e.idx), 1);
 }
 
 static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
 {
-	struct rec *r = rec_at(ctx, e.idx);
+	struct rec *r = table_rec(ctx, e.idx);
 	uint64_t old = atomic_load_explicit(&r->state, memory_order_acquire);
 
 	/* The life the entry names, if its low bits match (wheel.h). */
@@ -302,11 +289,7 @@ static struct wheel_timer *ent_claim(void *ctx, struct wheel_entry e)
  */
 static bool ent_gone(void *ctx, struct wheel_entry e)
 {
-	struct shard *s = ctx;
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[e.idx >> CHUNK_BITS],
-						   memory_order_acquire);
-	uint8_t ended = atomic_load_explicit(&c->h.head.ended[e.idx & (CHUNK_RECS - 1)],
-					     memory_order_relaxed);
+	uint8_t ended = table_ended(ctx, e.idx);
 
 	return !wheel_entry_gen(e, (uint8_t)(ended + 1)) &&
 	       !(ended == UINT8_MAX && wheel_entry_gen(e, 1));
@@ -343,29 +326,32 @@ static void arrival_file(struct shard *s, const struct arrival *b, const struct 
 }
 
 /*
- * Makes @b dormant, its thread having published nothing for a while: see
- * "Telling the shard".  Anything published meanwhile is filed next pass.
+ * After the pass set the dormant flag of the blocks whose threads published
+ * nothing for a while: one barrier on every thread, then each dormant block
+ * whose count moved is looked at again (see "Telling the shard").  What
+ * was published meanwhile is filed next pass.  A block that went dormant
+ * in an earlier pass and whose thread is rousing it now is only looked at
+ * again a little sooner.
  */
-static void arrival_doze(struct arrival *b)
+static void arrivals_doze(struct shard *s)
 {
-	uint32_t seen = b->taken;
-
-	atomic_store_explicit(&b->dormant, 1, memory_order_relaxed);
 	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
 		kairos_die_err("membarrier", errno);
-	if (atomic_load_explicit(&b->pub, memory_order_relaxed) != seen)
-		atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
+	for (struct arrival *b = s->arr_open; b; b = b->next)
+		if (atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
+		    atomic_load_explicit(&b->pub, memory_order_relaxed) != b->taken)
+			atomic_store_explicit(&b->dormant, 0, memory_order_relaxed);
 }
 
 /*
  * arrivals_take - the shard files what every arrival block published since
- * it last looked, and frees the blocks their threads left and it has read
+ * it last looked, and pools the blocks their threads left and it has read
  * to the end.  Shard thread (or, after it stopped, its destroyer).
  */
 void arrivals_take(struct shard *s)
 {
 	struct arrival **pp, *b;
-	bool took = false;
+	bool took = false, dozed = false;
 
 	if (atomic_load_explicit(&s->arr_new, memory_order_relaxed)) {
 		/* Acquire pairs with the openers' CAS: the blocks' first words. */
@@ -396,10 +382,14 @@ void arrivals_take(struct shard *s)
 			continue;
 		}
 		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
-		    s->wheel.curr - b->seen_at >= ARRIVAL_POLL_TICKS)
-			arrival_doze(b);
+		    s->wheel.curr - b->seen_at >= ARRIVAL_POLL_TICKS) {
+			atomic_store_explicit(&b->dormant, 1, memory_order_relaxed);
+			dozed = true;
+		}
 		pp = &b->next;
 	}
+	if (dozed)
+		arrivals_doze(s);
 	if (took)
 		shard_posts_taken(s);
 }

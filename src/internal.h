@@ -800,6 +800,25 @@ void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
+
+/* Record @idx of @s, whose chunk exists (an index it handed out). */
+static inline struct rec *table_rec(struct shard *s, uint32_t idx)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
+						   memory_order_acquire);
+
+	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+}
+
+/* The low 8 bits of the life record @idx of @s last ended in (chunk_head.ended). */
+static inline uint8_t table_ended(struct shard *s, uint32_t idx)
+{
+	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
+						   memory_order_acquire);
+
+	return atomic_load_explicit(&c->h.head.ended[idx & (CHUNK_RECS - 1)],
+				    memory_order_relaxed);
+}
 struct rec_ext *table_ext(struct shard *s, uint32_t index);
 /* The ext entry of record @index, or NULL if its chunk has none (never allocates). */
 struct rec_ext *table_ext_peek(struct shard *s, uint32_t index);
@@ -826,12 +845,32 @@ static inline uint64_t sleep_tick_of(uint64_t sleep)
 {
 	return sleep & ~SLEEP_FAR;
 }
+
+void shard_wake(struct shard *s);
+
+/*
+ * shard_count_posts - adds @n to @s's backlog of posts (records on its
+ * inbox, or an arrival block's worth), @sleep being the word of sleep_tick
+ * the caller read: a sleeping shard is woken every SHARD_POST_BATCH, so the
+ * backlog stays bounded and small without a wake-up per post.  The count
+ * is approximate (racing posters may lose increments): it only paces
+ * wake-ups.  Returns whether the shard is SHARD_POST_LIMIT behind (never
+ * for a shard thread, which must not wait for one).
+ */
+static inline bool shard_count_posts(struct shard *s, unsigned n, uint64_t sleep)
+{
+	uint64_t c = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + n;
+
+	atomic_store_explicit(&s->inbox_posts, c, memory_order_relaxed);
+	if (c >= SHARD_POST_BATCH && sleep != 0)
+		shard_wake(s);
+	return c >= SHARD_POST_LIMIT && !tls_shard;
+}
 int shard_new(struct kairos *k, unsigned index, struct shard **out);
 void shard_free(struct shard *s);
 int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
 bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
-void shard_wake(struct shard *s);
 void shard_posts_taken(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);
@@ -870,9 +909,9 @@ struct arrival_ent {
 };
 
 /*
- * A block's base is its first entry's fire tick less ARRIVAL_SPAN / 2; an
- * entry whose fire tick is not within ARRIVAL_SPAN of it is posted instead
- * (more than 24 days from the first at the default tick).
+ * A block's base is its first entry's fire tick less ARRIVAL_SPAN / 2: an
+ * entry whose fire tick lies more than ARRIVAL_SPAN / 2 before or after
+ * the first's (24 days at the default tick) is posted instead.
  */
 #define ARRIVAL_SPAN	(UINT64_C(1) << 32)
 

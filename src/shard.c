@@ -65,7 +65,7 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 {
 	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
-	uint64_t n, sleep;
+	uint64_t sleep;
 
 	do {
 		rec_link_set(r, old);
@@ -93,16 +93,8 @@ bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	/*
 	 * Posts that need no early wake (a later deadline, a cancel) still
 	 * hold records the pool cannot reuse until the shard drains them.
-	 * A sleeping shard is woken every SHARD_POST_BATCH of them, so the
-	 * backlog stays bounded and small without a wake-up per cancel.  The
-	 * count is approximate (racing posters may lose increments): it only
-	 * paces wake-ups.
 	 */
-	n = atomic_load_explicit(&s->inbox_posts, memory_order_relaxed) + 1;
-	atomic_store_explicit(&s->inbox_posts, n, memory_order_relaxed);
-	if (n >= SHARD_POST_BATCH && sleep != 0)
-		shard_wake(s);
-	return n >= SHARD_POST_LIMIT && !tls_shard;
+	return shard_count_posts(s, 1, sleep);
 wake:
 	shard_wake(s);
 	return false;

@@ -21,10 +21,11 @@
  *  - when the thread exits (a pthread key destructor does the same);
  *  - when kairos_destroy() runs: it folds every thread's counts and forgets
  *    their records, whose memory it unmaps anyway.
- * Likewise it leaves its arrival block (arrival.c), which its shard frees
- * once it has filed what is on it.  So a thread holds at most BUNDLE_RECS -
- * 1 free records and one arrival block of one shard, and nothing it holds
- * outlives it.  Every count is, at any time, either in a
+ * Likewise it leaves its arrival block (arrival.c), which its shard pools
+ * once it has filed what is on it, and gives its spare blocks back to the
+ * pool.  So a thread holds at most BUNDLE_RECS - 1 free records, one open
+ * arrival block and the spares it took from one shard's pool, and nothing
+ * it holds outlives it.  Every count is, at any time, either in a
  * thread on the list or in the base counters, and both move only under
  * thr_lock: kairos_stats() sums them there.
  */

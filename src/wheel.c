@@ -445,7 +445,6 @@ void wheel_init(struct wheel *w, uint64_t now)
 	w->overflow_visit = UINT64_MAX;
 	w->eops = NULL;
 	w->nents = 0;
-	w->dropped = 0;
 	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)
 			*ents_at(w, g, s) = (struct wheel_ents){ 0 };
@@ -583,6 +582,13 @@ static bool ent_stale(const struct wheel_entry_ops *ops, struct wheel_entry e)
 	return ops->gone ? ops->gone(ops->ctx, e) : !ops->look(ops->ctx, e, &fire);
 }
 
+/* Starts loading @e's record, unless gone() rules it out. */
+static void ent_load(const struct wheel_entry_ops *ops, struct wheel_entry e)
+{
+	if (!ops->gone || !ops->gone(ops->ctx, e))
+		ops->prefetch(ops->ctx, e);
+}
+
 /* Drops the stale entries of @es, keeping the others in their order. */
 static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 {
@@ -599,7 +605,6 @@ static void ents_sweep(struct wheel *w, struct wheel_ents *es)
 			es->ent[keep++] = es->ent[i];
 	}
 	w->nents -= len - keep;
-	w->dropped += len - keep;
 	es->len = keep;
 	es->swept = keep;
 }
@@ -638,15 +643,24 @@ static bool ents_mem(struct wheel_ents *es, uint32_t cap)
 	return true;
 }
 
+/* The length at which @es is next looked at for a sweep. */
+static uint32_t ents_limit(const struct wheel_ents *es)
+{
+	return es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+}
+
 /*
  * After a sweep of @es: gives back the memory that most of a large array
- * no longer needs.  Returns the length at which its next sweep is due.
+ * no longer needs, and sets the length at which an add next stops by.
  */
-static uint32_t ents_fit(struct wheel_ents *es)
+static void ents_fit(struct wheel_ents *es)
 {
+	uint32_t limit;
+
 	while (es->cap > WHEEL_ENT_KEEP && es->len < es->cap / 4 && ents_mem(es, es->cap / 2))
 		;
-	return es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
+	limit = ents_limit(es);
+	es->room = es->cap < limit ? es->cap : limit;
 }
 
 /*
@@ -656,19 +670,15 @@ static uint32_t ents_fit(struct wheel_ents *es)
  */
 static bool ents_room(struct wheel *w, struct wheel_ents *es)
 {
-	uint32_t limit = es->swept > WHEEL_SWEEP_MIN / 2 ? es->swept * 2 : WHEEL_SWEEP_MIN;
-
-	if (es->len >= limit && !sample_stands(w->eops, es)) {
+	if (es->len >= ents_limit(es) && !sample_stands(w->eops, es))
 		ents_sweep(w, es);
-		limit = ents_fit(es);
-	}
 	if (es->len == es->cap) {
 		uint32_t cap = es->cap ? es->cap * 2 : WHEEL_ENT_FIRST;
 
 		if (cap <= es->cap || !ents_mem(es, cap))
 			return false;
 	}
-	es->room = es->cap < limit ? es->cap : limit;
+	ents_fit(es);
 	return true;
 }
 
@@ -707,26 +717,24 @@ int wheel_file_entry(struct wheel *w, struct wheel_entry e, uint64_t fire)
 
 uint64_t wheel_sweep_entries(struct wheel *w)
 {
-	uint64_t dropped;
+	uint64_t held;
 
 	if (!w || !w->eops || !w->eops->gone)
 		return 0;
-	dropped = w->dropped;
+	held = w->nents;
 	for (unsigned g = WHEEL_ENTRY_LEVEL; g < WHEEL_LEVELS; g++) {
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++) {
 			struct wheel_ents *es = ents_at(w, g, s);
-			uint32_t limit;
 
 			if (!es->len)
 				continue;
 			ents_sweep(w, es);
-			limit = ents_fit(es);
-			es->room = es->cap < limit ? es->cap : limit;
+			ents_fit(es);
 			if (!es->len && link_empty(&w->slot[g][s]))
 				w->occupied[g] &= ~(UINT64_C(1) << s);
 		}
 	}
-	return w->dropped - dropped;
+	return held - w->nents;
 }
 
 int wheel_add(struct wheel *w, struct wheel_timer *t, uint64_t deadline, uint32_t slack)
@@ -863,10 +871,8 @@ static void ent_take(struct wheel *w, struct wheel_entry e, bool flush)
 {
 	struct wheel_timer *t = w->eops->claim(w->eops->ctx, e);
 
-	if (!t) {
-		w->dropped++;	/* stale since it was looked at */
-		return;
-	}
+	if (!t)
+		return;	/* stale since it was looked at */
 	w->count++;
 	if (flush)
 		make_due(w, t);
@@ -892,20 +898,16 @@ static uint64_t visit_ents(struct wheel *w, unsigned g, unsigned s, bool flush)
 	*es = (struct wheel_ents){ 0 };
 	w->nents -= mine.len;
 	for (uint32_t i = 0; i < mine.len && i < WHEEL_ENT_AHEAD; i++)
-		if (!ops->gone || !ops->gone(ops->ctx, mine.ent[i]))
-			ops->prefetch(ops->ctx, mine.ent[i]);
+		ent_load(ops, mine.ent[i]);
 	for (uint32_t i = 0; i < mine.len; i++) {
 		struct wheel_entry e = mine.ent[i];
 		uint64_t fire;
 
+		if (i + WHEEL_ENT_AHEAD < mine.len)
+			ent_load(ops, mine.ent[i + WHEEL_ENT_AHEAD]);
 		/* A record that gone() rules out is neither loaded nor looked at. */
-		if (i + WHEEL_ENT_AHEAD < mine.len &&
-		    (!ops->gone || !ops->gone(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD])))
-			ops->prefetch(ops->ctx, mine.ent[i + WHEEL_ENT_AHEAD]);
-		if ((ops->gone && ops->gone(ops->ctx, e)) || !ops->look(ops->ctx, e, &fire)) {
-			w->dropped++;
+		if ((ops->gone && ops->gone(ops->ctx, e)) || !ops->look(ops->ctx, e, &fire))
 			continue;
-		}
 		if (!flush && fire > w->curr) {
 			unsigned g2 = diff_level(fire, w->curr);
 

@@ -98,17 +98,20 @@ struct wheel_entry {
 	uint32_t gen : 32 - WHEEL_ENTRY_IDX_BITS;	/* and for its life, low bits */
 };
 
+/* The bits of a life an entry keeps. */
+#define WHEEL_ENTRY_GEN_MASK	((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1)
+
 /* The entry of record @idx (below 2^24), life @gen (any: its low bits are kept). */
 static inline struct wheel_entry wheel_entry_of(uint32_t idx, uint32_t gen)
 {
 	return (struct wheel_entry){ .idx = idx & ((1u << WHEEL_ENTRY_IDX_BITS) - 1),
-				     .gen = gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1) };
+				     .gen = gen & WHEEL_ENTRY_GEN_MASK };
 }
 
 /* Whether @gen, a whole life, is the one @e names. */
 static inline bool wheel_entry_gen(struct wheel_entry e, uint32_t gen)
 {
-	return e.gen == (gen & ((1u << (32 - WHEEL_ENTRY_IDX_BITS)) - 1));
+	return e.gen == (gen & WHEEL_ENTRY_GEN_MASK);
 }
 
 /* A slot's entries, stale ones (whose record moved on) included. */
@@ -166,7 +169,6 @@ struct wheel {
 	struct wheel_log log[WHEEL_LEVELS][WHEEL_SLOTS];
 	const struct wheel_entry_ops *eops;	/* NULL: no filing by value */
 	uint64_t nents;			/* entries held, stale ones included */
-	uint64_t dropped;		/* entries found stale and dropped, in all */
 	struct wheel_ents ents[WHEEL_LEVELS - WHEEL_ENTRY_LEVEL][WHEEL_SLOTS];
 };
 

@@ -55,8 +55,8 @@ END_TEST
  * Cancelled records leave the wheel without waiting for their slot: a shard
  * asleep with nothing due for an hour wakes once a batch of cancels (1024)
  * has piled up, instead of holding the records until then.  The timers are
- * armed at an absolute deadline, so the shard links them (a far timer armed
- * with a delay is filed by value, and its cancel needs no shard: far.c).
+ * armed at an absolute deadline, so the shard links them; far.c covers the
+ * same for timers filed by value (test_far_idle_then_cancel).
  */
 
 START_TEST(test_cancel_wakes_idle_shard)

@@ -313,14 +313,11 @@ START_TEST(test_far_fenced)
 {
 	atomic_store(&fault_membarrier, 1);
 	f_exact_once();
-	memset(&tt, 0, sizeof(tt));
-	tt.clock = CLOCK_MONOTONIC;
+	t_setup();
 	f_thread_exit();
-	memset(&tt, 0, sizeof(tt));
-	tt.clock = CLOCK_MONOTONIC;
+	t_setup();
 	f_quiet_then_arm();
-	memset(&tt, 0, sizeof(tt));
-	tt.clock = CLOCK_MONOTONIC;
+	t_setup();
 	f_earlier_in_open_block();
 }
 END_TEST
