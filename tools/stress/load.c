@@ -379,7 +379,10 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 	 */
 	if (atomic_fetch_add_explicit(&s->runs, 1, memory_order_release) && !periodic)
 		violation(V_TWICE, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " ran twice", idx, id);
-	/* A taken entry has ended (or gone on) already: sleeping holds up nothing. */
+	/*
+	 * A taken entry has ended (or gone on) already: sleeping here holds up
+	 * nothing.  A slow periodic one sleeps in its check below.
+	 */
 	if ((cur & F_SLOW) && !taken)
 		slow_sleep();
 	if (!periodic) {
@@ -409,6 +412,13 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 	c = atomic_load_explicit(&s->covered, memory_order_relaxed);
 	t0 = atomic_load_explicit(&s->t0, memory_order_relaxed);
 	p = atomic_load_explicit(&s->period, memory_order_relaxed);
+	/*
+	 * A slow taken entry is handled slowly: the drainer sleeps between its
+	 * read of the schedule and its store of covered, while its timer has
+	 * gone on and the owner may reset it (see reset_periodic()).
+	 */
+	if ((cur & F_SLOW) && taken)
+		slow_sleep();
 	first = t0 + (c + 1) * p;
 	last = t0 + (c + (uint64_t)(status > 0 ? status : 1)) * p;
 	if (now < last) {
@@ -1142,9 +1152,6 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 	switch (rc) {
 	case 0:
 		pending_late(t, idx, "kairos_reset", before, due);
-		/* Run k of the new schedule is due at before + delay + (k - 1) * p, or later. */
-		atomic_store_explicit(&s->t0, before + delay - p, memory_order_relaxed);
-		atomic_store_explicit(&s->covered, 0, memory_order_relaxed);
 		t->t.preset++;
 		break;
 	case -EBUSY:
@@ -1158,8 +1165,17 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 		violation(V_RC, "slot %" PRIu32 ": kairos_reset of periodic timer %#" PRIx64
 			  " returned %d (%s)", idx, s->id, rc, strerror(-rc));
 	}
-	/* An entry of the old schedule that a take handed out is checked (unchecked) first. */
+	/*
+	 * An entry of the old schedule that a take handed out is checked first:
+	 * its check may have read the schedule before it went odd, and it
+	 * stores covered.  The new schedule is written after that store.
+	 */
 	queue_fence(t, atomic_load_explicit(&s->qno, memory_order_relaxed));
+	if (rc == 0) {
+		/* Run k of the new schedule is due at before + delay + (k - 1) * p, or later. */
+		atomic_store_explicit(&s->t0, before + delay - p, memory_order_relaxed);
+		atomic_store_explicit(&s->covered, 0, memory_order_relaxed);
+	}
 	/* Release: t0 and covered before a call can see the schedule known again. */
 	atomic_store_explicit(&s->sched, seq + 2, memory_order_release);
 	/* The next reset after 2..20 periods: it should run in between. */
