@@ -801,22 +801,25 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 
+/*
+ * The chunk of record @idx of @s, or NULL before it is made.  Acquire pairs
+ * with grow()'s release: its records and arrays are initialised.
+ */
+static inline struct rec_chunk *table_chunk(struct shard *s, uint32_t idx)
+{
+	return atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS], memory_order_acquire);
+}
+
 /* Record @idx of @s, whose chunk exists (an index it handed out). */
 static inline struct rec *table_rec(struct shard *s, uint32_t idx)
 {
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
-						   memory_order_acquire);
-
-	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+	return &table_chunk(s, idx)->h.pad + (idx & (CHUNK_RECS - 1));
 }
 
 /* The low 8 bits of the life record @idx of @s last ended in (chunk_head.ended). */
 static inline uint8_t table_ended(struct shard *s, uint32_t idx)
 {
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS],
-						   memory_order_acquire);
-
-	return atomic_load_explicit(&c->h.head.ended[idx & (CHUNK_RECS - 1)],
+	return atomic_load_explicit(&table_chunk(s, idx)->h.head.ended[idx & (CHUNK_RECS - 1)],
 				    memory_order_relaxed);
 }
 struct rec_ext *table_ext(struct shard *s, uint32_t index);

@@ -43,7 +43,6 @@ static struct rec *rec_of(struct wheel_timer *t)
 	return (struct rec *)(void *)t;	/* wt is the first member */
 }
 
-
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
 	return id_make(st_gen(state), s->index, table_index(s, r));

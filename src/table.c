@@ -123,7 +123,6 @@ static void ended_mark(struct rec *r)
 			      memory_order_relaxed);
 }
 
-
 /*
  * A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, straight from mmap
  * (aligned_alloc() keeps an extra header page resident per chunk, 3% of a
@@ -306,8 +305,7 @@ struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
 	if (sh >= k->nshards || (idx & (CHUNK_RECS - 1)) == 0)
 		return NULL;
 	s = k->shards[sh];
-	/* Acquire pairs with grow()'s release: the records are initialised. */
-	c = atomic_load_explicit(&s->chunk[idx >> CHUNK_BITS], memory_order_acquire);
+	c = table_chunk(s, idx);
 	if (!c)
 		return NULL;
 	*sp = s;
@@ -316,8 +314,7 @@ struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
 
 struct rec_ext *table_ext_peek(struct shard *s, uint32_t index)
 {
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[index >> CHUNK_BITS],
-						   memory_order_acquire);
+	struct rec_chunk *c = table_chunk(s, index);
 	struct rec_ext *p = atomic_load_explicit(&c->h.head.ext, memory_order_acquire);
 
 	return p ? &p[index & (CHUNK_RECS - 1)] : NULL;
@@ -326,8 +323,7 @@ struct rec_ext *table_ext_peek(struct shard *s, uint32_t index)
 /* The ext entry of record @index, allocating its chunk's array if needed. */
 struct rec_ext *table_ext(struct shard *s, uint32_t index)
 {
-	struct rec_chunk *c = atomic_load_explicit(&s->chunk[index >> CHUNK_BITS],
-						   memory_order_acquire);
+	struct rec_chunk *c = table_chunk(s, index);
 	struct rec_ext *p = atomic_load_explicit(&c->h.head.ext, memory_order_acquire);
 
 	if (!p) {

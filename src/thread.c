@@ -81,6 +81,28 @@ static void ts_unlink(struct kairos *k, struct tstate *t)
 }
 
 /*
+ * Hands back what @t holds of its shard: its free records go back through
+ * the reclaimer, and its arrival block is left to the shard, which pools
+ * it once it has filed what is on it, as its spares are at once.
+ */
+static void ts_hand_back(struct kairos *k, struct tstate *t)
+{
+	if (t->free)
+		table_give_back(k, t->s, t->free);
+	t->free = NULL;
+	arrival_leave(t);
+}
+
+/* Forgets what @t held of a service that went (its memory went with it). */
+static void ts_drop_holdings(struct tstate *t)
+{
+	t->free = NULL;
+	t->arr = NULL;
+	t->arr_n = 0;
+	t->arr_spare = NULL;
+}
+
+/*
  * Leaves whatever service @t is on, handing its records back.  @k's header
  * is never freed, so its lock is safe to take even after its destroy; under
  * the lock, @t still on the list means destroy has not passed its detach
@@ -94,11 +116,7 @@ static void ts_leave(struct tstate *t)
 		return;
 	thr_lock(k);
 	if (atomic_load_explicit(&t->k, memory_order_relaxed) == k) {
-		if (t->free)
-			table_give_back(k, t->s, t->free);
-		t->free = NULL;
-		/* Its shard takes the block back once it has filed what is on it. */
-		arrival_leave(t);
+		ts_hand_back(k, t);
 		ts_unlink(k, t);
 	}
 	thr_unlock(k);
@@ -187,11 +205,8 @@ struct tstate *ts_attach(struct kairos *k)
 	}
 	t->s = ts_pick_join(k);
 	ts_count(t->s, 1);
-	t->free = NULL;
-	/* Blocks of a service that was destroyed under it went with its shard. */
-	t->arr = NULL;
-	t->arr_n = 0;
-	t->arr_spare = NULL;
+	/* What it held of a service destroyed under it went with its shards. */
+	ts_drop_holdings(t);
 	t->prev = NULL;
 	t->next = k->threads;
 	if (k->threads)
@@ -203,16 +218,13 @@ struct tstate *ts_attach(struct kairos *k)
 }
 
 /*
- * ts_move - @t arms on @s from now on; the free records it holds, of its
- * old shard, go back through the reclaimer.  Only the thread itself calls
+ * ts_move - @t arms on @s from now on; what it holds of its old shard
+ * goes back (ts_hand_back()).  Only the thread itself calls
  * this (inside its read-side section): @t's shard and records are its own.
  */
 void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
 {
-	if (t->free)
-		table_give_back(k, t->s, t->free);
-	t->free = NULL;
-	arrival_leave(t);
+	ts_hand_back(k, t);
 	ts_count(t->s, -1);
 	ts_count(s, 1);
 	t->s = s;
@@ -269,10 +281,7 @@ void ts_forget(void)
 {
 	struct tstate *t = &tls_ts;
 
-	t->free = NULL;
-	t->arr = NULL;
-	t->arr_n = 0;
-	t->arr_spare = NULL;
+	ts_drop_holdings(t);
 	t->s = NULL;
 	t->next = t->prev = NULL;
 	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
