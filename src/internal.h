@@ -528,6 +528,8 @@ struct shard {
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
+	/* Cancels of records filed by value that their callers retired (table_keep_flush()). */
+	_Atomic uint64_t far_kept;
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct expiry_lane own;		/* the shard's, its queue drainers' */
@@ -539,7 +541,7 @@ struct shard {
 	struct wheel_entry_ops eops;	/* the wheel's view of records filed by value */
 	struct arrival *arr_open;	/* arrival blocks being read (arrival.c) */
 	uint64_t cancels_taken;		/* cancels it has taken from its inbox, in all */
-	uint64_t cancels_swept;		/* cancels_taken at its last sweep of all entries */
+	uint64_t cancels_swept;		/* cancels_taken + far_kept at its last sweep of all entries */
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
 	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */
@@ -631,6 +633,11 @@ struct kairos {
 	pthread_t reclaimer;
 	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
 	_Atomic uint32_t reclaim_stop;	/* futex too: it cuts a pause short */
+	/*
+	 * Set while some thread may hold kept cancels (tstate.kept): the
+	 * reclaimer then looks at the threads every KEPT_SCAN_NS (thread.c).
+	 */
+	_Atomic uint32_t kept_watch;
 	struct kairos *list_next;	/* on the list of live, then destroyed, services */
 	struct kairos *list_prev;
 	struct kairos_stats final;	/* the counters at the end of kairos_destroy() */
@@ -745,6 +752,23 @@ struct tstate {
 	unsigned nposted;
 	_Atomic uint64_t armed;		/* single writer: this thread */
 	_Atomic uint64_t cancelled;
+	/*
+	 * Cancelled records of @kept_s that were filed by value, retired here
+	 * rather than posted (kairos.c, cancel()), and the ended byte each
+	 * owes its chunk, stored as the bundle goes (table_keep_flush()).
+	 * The thread's own, except while kept_steal is set: then the
+	 * reclaimer takes them (thread.c, ts_collect_kept()).
+	 */
+	struct rbundle kept;
+	struct shard *kept_s;
+	_Atomic uint8_t *kept_end[BUNDLE_RECS];
+	uint8_t kept_gen[BUNDLE_RECS];
+	_Atomic uint32_t kept_open;	/* kept.n != 0; written by the bundle's holder */
+	_Atomic uint32_t kept_flushes;	/* bundles handed over so far; likewise */
+	_Atomic uint32_t kept_steal;	/* set by the reclaimer: the bundle is its own */
+	/* The reclaimer's, under thr_lock: what its last look saw. */
+	uint32_t kept_seen_flushes;
+	bool kept_seen_open;
 	struct tstate *next, *prev;	/* on k->threads, under k->thr_lock */
 };
 
@@ -755,6 +779,7 @@ struct shard *ts_pick(struct kairos *k);
 void ts_move(struct kairos *k, struct tstate *t, struct shard *s);
 void ts_detach_all(struct kairos *k);
 void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled);
+bool ts_collect_kept(struct kairos *k);
 void ts_lock(struct kairos *k);
 void ts_unlock(struct kairos *k);
 void ts_forget(void);
@@ -798,6 +823,16 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
+void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t idx, uint32_t gen);
+void table_keep_flush(struct kairos *k, struct tstate *t);
+/*
+ * How often the reclaimer looks for kept cancels that a quiet thread holds:
+ * a bundle seen open at two looks in a row, with none handed over between,
+ * is taken from its thread.  So a kept cancel reaches the reclaimer within
+ * 2 * KEPT_SCAN_NS and a grace period (SHARD_FLUSH_NS in all, as a post
+ * reaches its shard).
+ */
+#define KEPT_SCAN_NS	(4 * 1000000ull)
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 

@@ -791,17 +791,25 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	struct tstate *t;
 	uint64_t old;
 	struct rec *r = lookup(k, id, &s, &old);
+	bool keep;
 	int rc;
 
 	if (!r)
 		return -ENOENT;
-	rc = timer_cancel(r, id_gen(id), &old, seen);
+	/*
+	 * A record of this thread's shard, filed by value, is retired here,
+	 * unposted, unless the reclaimer is taking the thread's kept cancels
+	 * (acquire: then it has handed them over; see thread.c).
+	 */
+	t = ts_mine(k);
+	keep = t && t->s == s && !atomic_load_explicit(&t->kept_steal, memory_order_acquire);
+	rc = timer_cancel(r, id_gen(id), &old, seen, keep);
 	if (rc)
 		return rc;
 	/* Ended: its key is free as this returns. */
 	key_release(k, r);
 	/* This thread's own count when it is on @k, else the shared one. */
-	if ((t = ts_mine(k)))
+	if (t)
 		ts_bump(&t->cancelled);
 	else
 		atomic_fetch_add_explicit(&k->base.cancelled, 1, memory_order_release);
@@ -811,12 +819,18 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));
 	/*
-	 * The shard unlinks it at its next pass, or after a batch of posts
-	 * (filed by value, it is in no list: its entries go stale).  A cancel
-	 * never waits for a shard that is behind: it adds no record.
+	 * The shard unlinks it at its next pass, or after a batch of posts.
+	 * Filed by value, it is in no list (its entries go stale), so the
+	 * shard would only retire it: a thread of its shard retires it itself
+	 * (table_keep()).  A cancel never waits for a shard that is behind:
+	 * it adds no record.
 	 */
-	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED))
-		(void)shard_post(s, r, UINT64_MAX);
+	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED)) {
+		if (keep && (old & ST_FAR))
+			table_keep(k, t, r, id_index(id), id_gen(id));
+		else
+			(void)shard_post(s, r, UINT64_MAX);
+	}
 	return 0;
 }
 

@@ -27,7 +27,9 @@
  *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
  *    cds_lfht_replace() (full barriers) publish a node's contents to the
  *    lookups that find it; tsan_published(node) and tsan_found(node) say
- *    so (key.c).
+ *    so (key.c).  The same pair says that a thread's kept cancels, written
+ *    inside its read-side sections, are the reclaimer's past the grace
+ *    period of a take (table.c, thread.c).
  */
 #ifdef __SANITIZE_THREAD__
 void __tsan_acquire(void *addr);

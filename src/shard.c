@@ -195,22 +195,25 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 }
 
 /*
- * After the cancels of a drain: once the shard has taken, since its last
- * such sweep, at least half as many cancels as its wheel holds entries
- * (and WHEEL_SWEEP_MIN), the entries of timers filed by value that they
- * left stale are swept from every slot (wheel_sweep_entries(), which reads
- * no record).  A slot sweeps itself only as it grows, so without this the
+ * After the cancels of a drain, and on a pass with none: once the shard has
+ * taken, since its last such sweep, at least half as many cancels as its
+ * wheel holds entries (and WHEEL_SWEEP_MIN), counting those that threads
+ * retired themselves (far_kept: table_keep_flush(), which wakes a sleeping
+ * shard every WHEEL_SWEEP_MIN of them), the entries of timers filed by
+ * value that they left stale are swept from every slot
+ * (wheel_sweep_entries(), which reads no record).  A slot sweeps itself only as it grows, so without this the
  * entries of a batch of idle timeouts, all cancelled, would hold their
  * memory until their slot comes.  At most two entries looked at per cancel.
  */
 static void ents_tidy(struct shard *s)
 {
-	uint64_t since = s->cancels_taken - s->cancels_swept;
+	uint64_t all = s->cancels_taken + atomic_load_explicit(&s->far_kept, memory_order_relaxed);
+	uint64_t since = all - s->cancels_swept;
 
 	if (since < WHEEL_SWEEP_MIN || since < wheel_entries(&s->wheel) / 2)
 		return;
 	wheel_sweep_entries(&s->wheel);
-	s->cancels_swept = s->cancels_taken;
+	s->cancels_swept = all;
 }
 
 /*
@@ -611,6 +614,9 @@ static uint64_t pass(struct shard *s, bool *posted)
 	/* Records filed by value first: the wheel must hold them before it moves on. */
 	arrivals_take(s);
 	*posted = inbox_drain(s);
+	/* Cancels that threads retired themselves count too (table_keep_flush()). */
+	if (!*posted)
+		ents_tidy(s);
 	s->now_ns = service_now(s->k);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
 	expire(s);

@@ -386,11 +386,10 @@ void table_retire(struct kairos *k, struct shard *s, struct rec *r)
  * its inbox) collects them into bundles of its own and hands each over with
  * one CAS, so that neither it nor the reclaimer touches a record twice.
  */
-void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r)
+static void rbundle_link(struct kairos *k, struct rbundle *b, struct rec *r)
 {
 	struct rec **slot = &b->recent[b->n % FREE_AHEAD];
 
-	ended_mark(r);
 	key_release(k, r);
 	free_set_next(r, NULL);
 	r->ahead = NULL;
@@ -403,8 +402,77 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 	else
 		b->first = r;
 	b->last = r;
-	if (++b->n == BUNDLE_RECS)
+	b->n++;
+}
+
+void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r)
+{
+	ended_mark(r);
+	rbundle_link(k, b, r);
+	if (b->n == BUNDLE_RECS)
 		rbundle_flush(k, s, b);
+}
+
+/*
+ * table_keep - a cancel of record @idx of @t's shard, life @gen, filed by
+ * value: the record joins @t's bundle of kept cancels, and the byte of the
+ * life it ended is stored when the bundle goes (table_keep_flush()).  Until
+ * then the wheel may take its entries for standing and look at the record,
+ * which says they are stale.  The thread's own call, inside its read-side
+ * section, with kept_steal seen clear in that section.
+ */
+void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t idx, uint32_t gen)
+{
+	struct rec_chunk *c = table_chunk(t->s, idx);
+
+	if (!t->kept.n) {
+		t->kept_s = t->s;
+		/*
+		 * seq_cst store, then load: pairs with ts_collect_kept()'s
+		 * clear of kept_watch and its look at kept_open, so that either
+		 * the reclaimer sees this bundle open or this thread sees it
+		 * not watching and wakes it.  Once a bundle.
+		 */
+		atomic_store_explicit(&t->kept_open, 1, memory_order_seq_cst);
+		if (!atomic_load_explicit(&k->kept_watch, memory_order_seq_cst) &&
+		    !atomic_exchange_explicit(&k->kept_watch, 1, memory_order_seq_cst))
+			table_kick(k);
+	}
+	t->kept_end[t->kept.n] = &c->h.head.ended[idx & (CHUNK_RECS - 1)];
+	t->kept_gen[t->kept.n] = (uint8_t)gen;
+	rbundle_link(k, &t->kept, r);
+	if (t->kept.n == BUNDLE_RECS)
+		table_keep_flush(k, t);
+	/* For TSan: the grace period of a take orders this before it (thread.c). */
+	tsan_published(&t->kept);
+}
+
+/*
+ * Hands @t's kept cancels to the reclaimer, their ended bytes stored first,
+ * and counts them towards their shard's next sweep of stale entries.  A
+ * shard asleep is woken each time WHEEL_SWEEP_MIN more have gone, so that
+ * a quiet shard sweeps them as it would posted cancels.  Called by the
+ * bundle's holder: the thread, or the reclaimer while kept_steal is set.
+ */
+void table_keep_flush(struct kairos *k, struct tstate *t)
+{
+	struct shard *s = t->kept_s;
+	unsigned n = t->kept.n;
+	uint64_t was;
+
+	if (!n)
+		return;
+	for (unsigned i = 0; i < n; i++)
+		atomic_store_explicit(t->kept_end[i], t->kept_gen[i], memory_order_relaxed);
+	rbundle_flush(k, s, &t->kept);
+	atomic_store_explicit(&t->kept_open, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->kept_flushes,
+			      atomic_load_explicit(&t->kept_flushes, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	was = atomic_fetch_add_explicit(&s->far_kept, n, memory_order_relaxed);
+	if ((was + n) / WHEEL_SWEEP_MIN != was / WHEEL_SWEEP_MIN &&
+	    atomic_load_explicit(&s->sleep_tick, memory_order_relaxed))
+		shard_wake(s);
 }
 
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b)
@@ -493,13 +561,23 @@ static bool reclaim_pass(struct kairos *k)
 static void *reclaimer_main(void *arg)
 {
 	struct kairos *k = arg;
+	uint64_t look = 0;	/* when to look at the threads' kept cancels next */
 
 	thread_name("reclaim", -1, -1);
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
+		uint64_t now = 0;
 
 		/* The key table follows its count; a kick after inserts asks for it. */
 		key_resize(k);
+		/* Kept cancels of quiet threads, every KEPT_SCAN_NS while any may be held. */
+		if (atomic_load_explicit(&k->kept_watch, memory_order_acquire)) {
+			now = clock_now_ns(CLOCK_MONOTONIC);
+			if (now >= look) {
+				look = ts_collect_kept(k) ? now + KEPT_SCAN_NS : 0;
+				now = clock_now_ns(CLOCK_MONOTONIC);
+			}
+		}
 		if (reclaim_pass(k)) {
 			/* Only a stop cuts the pause short. */
 			(void)futex_wait32_for(&k->reclaim_stop, 0, RECLAIM_PACE_NS);
@@ -507,8 +585,11 @@ static void *reclaimer_main(void *arg)
 		}
 		if (atomic_load_explicit(&k->reclaim_stop, memory_order_acquire))
 			break;
-		/* Sleeps until a retire or the stop bumps the sequence. */
-		futex_wait32(&k->reclaim_seq, seq);
+		/* Sleeps until a retire, a kept bundle or the stop bumps the sequence. */
+		if (look > now)
+			(void)futex_wait32_for(&k->reclaim_seq, seq, look - now);
+		else if (!look)
+			futex_wait32(&k->reclaim_seq, seq);
 	}
 	return NULL;
 }

@@ -23,9 +23,12 @@
  *    their records, whose memory it unmaps anyway.
  * Likewise it leaves its arrival block (arrival.c), which its shard pools
  * once it has filed what is on it, and gives its spare blocks back to the
- * pool.  So a thread holds at most BUNDLE_RECS - 1 free records, one open
- * arrival block and the spares it took from one shard's pool, and nothing
- * it holds outlives it.  Every count is, at any time, either in a
+ * pool.  It hands over its kept cancels too (table_keep()), which the
+ * reclaimer otherwise takes from a thread that has gone quiet
+ * (ts_collect_kept()).  So a thread holds at most BUNDLE_RECS - 1 free
+ * records, BUNDLE_RECS - 1 kept cancels for at most about 2 *
+ * KEPT_SCAN_NS, one open arrival block and the spares it took from one
+ * shard's pool, and nothing it holds outlives it.  Every count is, at any time, either in a
  * thread on the list or in the base counters, and both move only under
  * thr_lock: kairos_stats() sums them there.
  */
@@ -33,6 +36,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <sched.h>
 
 #include "internal.h"
@@ -76,6 +80,8 @@ static void ts_unlink(struct kairos *k, struct tstate *t)
 	t->next = t->prev = NULL;
 	atomic_store_explicit(&t->armed, 0, memory_order_relaxed);
 	atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
+	/* A take the reclaimer began is over: the thread is on no list of it. */
+	atomic_store_explicit(&t->kept_steal, 0, memory_order_relaxed);
 	/* s and free are the thread's own: it resets them when it joins again. */
 	atomic_store_explicit(&t->k, NULL, memory_order_release);
 }
@@ -97,6 +103,10 @@ static void ts_hand_back(struct kairos *k, struct tstate *t)
 static void ts_drop_holdings(struct tstate *t)
 {
 	t->free = NULL;
+	memset(&t->kept, 0, sizeof(t->kept));
+	atomic_store_explicit(&t->kept_open, 0, memory_order_relaxed);
+	atomic_store_explicit(&t->kept_steal, 0, memory_order_relaxed);
+	t->kept_seen_open = false;
 	t->arr = NULL;
 	t->arr_n = 0;
 	t->arr_spare = NULL;
@@ -116,6 +126,8 @@ static void ts_leave(struct tstate *t)
 		return;
 	thr_lock(k);
 	if (atomic_load_explicit(&t->k, memory_order_relaxed) == k) {
+		/* Under the lock its kept cancels are its own, taken or not. */
+		table_keep_flush(k, t);
 		ts_hand_back(k, t);
 		ts_unlink(k, t);
 	}
@@ -224,6 +236,9 @@ struct tstate *ts_attach(struct kairos *k)
  */
 void ts_move(struct kairos *k, struct tstate *t, struct shard *s)
 {
+	/* Kept cancels being taken stay with the reclaimer, for their shard. */
+	if (!atomic_load_explicit(&t->kept_steal, memory_order_acquire))
+		table_keep_flush(k, t);
 	ts_hand_back(k, t);
 	ts_count(t->s, -1);
 	ts_count(s, 1);
@@ -260,6 +275,70 @@ void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled)
 		a += ts_read(&t->armed);
 	*armed = a;
 	*cancelled = c;
+}
+
+/*
+ * ts_collect_kept - the reclaimer's look at the cancels that @k's threads
+ * keep (table_keep()): a thread hands its bundle over when it is full, when
+ * the thread moves to another shard or leaves, and otherwise this takes it.
+ * A bundle seen open at two looks in a row with none handed over between
+ * has waited at least one look; it is taken in three steps, so that the
+ * thread's calls take no lock and write no shared line:
+ *   - under thr_lock, kept_steal is set: from then on the thread's cancels
+ *     post their records as before and leave the bundle alone;
+ *   - a grace period passes (without thr_lock, which kairos_stats() takes
+ *     inside its read-side section): every cancel that saw kept_steal clear
+ *     has returned, and every later one sees it set;
+ *   - under thr_lock again, each thread still on the list with kept_steal
+ *     set has its bundle handed over and kept_steal cleared (release: the
+ *     thread's next look sees an empty bundle).  A thread that left between
+ *     the steps handed its bundle over itself, and its ts_unlink() cleared
+ *     the flag, under the same lock.
+ * Returns whether a bundle may still be open; if none is, kept_watch is
+ * cleared (and set again if a thread opened one meanwhile: see
+ * table_keep()).
+ */
+bool ts_collect_kept(struct kairos *k)
+{
+	bool open = false, take = false;
+
+	thr_lock(k);
+	for (struct tstate *t = k->threads; t; t = t->next) {
+		bool o = atomic_load_explicit(&t->kept_open, memory_order_seq_cst);
+		uint32_t f = atomic_load_explicit(&t->kept_flushes, memory_order_relaxed);
+
+		if (o && t->kept_seen_open && f == t->kept_seen_flushes) {
+			atomic_store_explicit(&t->kept_steal, 1, memory_order_relaxed);
+			take = true;
+		}
+		open |= o;
+		t->kept_seen_open = o;
+		t->kept_seen_flushes = f;
+	}
+	thr_unlock(k);
+	if (take) {
+		synchronize_rcu();
+		thr_lock(k);
+		for (struct tstate *t = k->threads; t; t = t->next) {
+			if (!atomic_load_explicit(&t->kept_steal, memory_order_relaxed))
+				continue;
+			tsan_found(&t->kept);
+			table_keep_flush(k, t);
+			t->kept_seen_open = false;
+			atomic_store_explicit(&t->kept_steal, 0, memory_order_release);
+		}
+		thr_unlock(k);
+	}
+	if (open)
+		return true;
+	atomic_store_explicit(&k->kept_watch, 0, memory_order_seq_cst);
+	thr_lock(k);
+	for (struct tstate *t = k->threads; t && !open; t = t->next)
+		open = atomic_load_explicit(&t->kept_open, memory_order_seq_cst);
+	thr_unlock(k);
+	if (open)
+		atomic_store_explicit(&k->kept_watch, 1, memory_order_seq_cst);
+	return open;
 }
 
 void ts_lock(struct kairos *k)

@@ -20,6 +20,10 @@
  *                                                                linked (timer_claim_far())
  *  PENDING | FAR   CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
  *                                                                (its entries go stale)
+ *  PENDING | FAR   CANCELLED           canceller     acq_rel     a thread of its shard: is kept
+ *                                      (keep)                    by it and retired with its
+ *                                                                bundle (table_keep()), or by
+ *                                                                the reclaimer (thread.c)
  *  PENDING | QUEUED FREE               arming        relaxed     never posted, its id never
  *   (not posted)                                                 given: a keyed arm that found
  *                                                                its key held retires it
@@ -138,14 +142,16 @@ static inline void timer_unpublish(struct rec *r)
 /*
  * timer_cancel - PENDING (| FAR) -> CANCELLED | QUEUED, or FIRING ->
  * CANCELLED, for the life @gen of @r; *@old is the word last read (acquire)
- * on entry.
+ * on entry.  With @keep, PENDING | FAR -> CANCELLED: the caller retires the
+ * record itself (table_keep()) and posts nothing.
  *
  * Return: 0 when this call cancelled it (*@old is then the word it
  * replaced); -EBUSY when its callback runs (*@seen is the word seen, with
  * ST_STOP set for a periodic timer, so that it does not start again);
  * -ENOENT when it has ended or @gen is over.
  */
-static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint64_t *seen)
+static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint64_t *seen,
+				bool keep)
 {
 	unsigned spins = 0;
 
@@ -159,9 +165,12 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 			/*
 			 * Posted, so that the shard unlinks it now, not when
 			 * its slot comes; filed by value, it is in no list and
-			 * the shard only retires it (its entries go stale).
+			 * the shard would only retire it (its entries go
+			 * stale), so a caller that may keep it does.
 			 */
-			want = st_with(*old & ~ST_FAR, ST_CANCELLED) | ST_QUEUED;
+			want = st_with(*old & ~ST_FAR, ST_CANCELLED);
+			if (!keep || !(*old & ST_FAR))
+				want |= ST_QUEUED;
 			break;
 		case ST_FIRING:
 		case ST_PARKED:

@@ -576,28 +576,34 @@ static uint64_t t_free_records(struct kairos *k)
 }
 
 /*
- * Waits until every record of @k's one shard is pending, free, or held by
- * this thread to arm with: nothing is held by another thread, on the inbox
- * or on its way through the reclaimer.
+ * Whether every record of @k's one shard is pending (@pending of them),
+ * free, or held by this thread to arm with: nothing is held by another
+ * thread, kept by this one, on the inbox or on its way through the
+ * reclaimer.  The counts go to *@free_n and *@total.
  */
-static void t_wait_records_home(struct kairos *k, uint64_t pending)
+static bool t_records_home(struct kairos *k, uint64_t pending, uint64_t *free_n,
+			   uint64_t *total)
 {
 	struct shard *s = k->shards[0];
-	uint64_t total = 0, free_n = 0, end = t_mono() + T_WAIT_MS * T_MS;
 
 	if (atomic_load(&tls_ts.k) == k)
 		for (struct rec *r = tls_ts.free; r; r = (struct rec *)(void *)r->wt.link.next)
 			pending++;
-	for (;;) {
-		total = (uint64_t)atomic_load(&s->nchunks) * (CHUNK_RECS - 1);
-		free_n = t_free_records(k);
-		if (free_n + pending == total || t_mono() > end)
-			break;
+	*total = (uint64_t)atomic_load(&s->nchunks) * (CHUNK_RECS - 1);
+	*free_n = t_free_records(k);
+	return *free_n + pending == *total;
+}
+
+/* Waits until t_records_home(). */
+static void t_wait_records_home(struct kairos *k, uint64_t pending)
+{
+	uint64_t total = 0, free_n = 0, end = t_mono() + T_WAIT_MS * T_MS;
+	bool home;
+
+	while (!(home = t_records_home(k, pending, &free_n, &total)) && t_mono() <= end)
 		t_sleep_ms(5);
-	}
-	ck_assert_msg(free_n + pending == total,
-		      "%" PRIu64 " records: %" PRIu64 " free, %" PRIu64 " pending or ours, %" PRIu64
-		      " held elsewhere", total, free_n, pending, total - free_n - pending);
+	ck_assert_msg(home, "%" PRIu64 " records: %" PRIu64 " free, %" PRIu64
+		      " pending, the rest ours or held elsewhere", total, free_n, pending);
 }
 
 #define EXIT_THREADS	64
@@ -642,6 +648,8 @@ START_TEST(test_lifecycle_thread_exit_hands_back)
 		ck_assert_int_eq(pthread_create(&th, NULL, t_exit_thread, exit_tm[i]), 0);
 		pthread_join(th, NULL);
 	}
+	/* Each kept its cancel (filed by value) and handed it over as it went. */
+	ck_assert_uint_eq(atomic_load(&k->shards[0]->far_kept), EXIT_THREADS);
 	s = t_check_identity(k, &tt);
 	ck_assert_uint_eq(s.armed, EXIT_THREADS * (EXIT_ARMS + 1));
 	ck_assert_uint_eq(s.cancelled, EXIT_THREADS);
@@ -662,8 +670,9 @@ static bool posts_waiting(struct shard *s)
  * cancel would cost a system call each), but not for long: a shard asleep
  * further out than SHARD_FLUSH_NS is woken by the first post and then looks
  * again within that bound while posts come.  Here the shard sleeps towards
- * a deadline a minute away; the cancelled record must reach it, and then
- * the pool, within a generous multiple of the bound.
+ * a deadline a minute away; the cancelled record (of a timer due in 3 s,
+ * so in a wheel list, so posted) must reach it, and then the pool, within
+ * a generous multiple of the bound.
  */
 START_TEST(test_lifecycle_cancel_reaches_shard_within_bound)
 {
@@ -675,7 +684,7 @@ START_TEST(test_lifecycle_cancel_reaches_shard_within_bound)
 
 	for (int i = 0; i < 10; i++)
 		ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &far[i]), 0);
-	ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &id), 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, t_cb_never, NULL, &id), 0);
 	/* Let the shard settle into its long sleep. */
 	t_sleep_ms(100);
 	ck_assert(!posts_waiting(s));
@@ -692,6 +701,108 @@ START_TEST(test_lifecycle_cancel_reaches_shard_within_bound)
 		      (uint64_t)(took / T_MS));
 	t_wait_records_home(k, 10);
 	t_destroy(k, KAIROS_DRAIN_DROP, 10);
+}
+END_TEST
+
+/*
+ * A cancel of a timer filed by value, from a thread that arms on its
+ * shard, posts nothing: the thread keeps the record (table_keep()) and
+ * hands its bundle over when it is full.  A thread that goes quiet with a
+ * bundle not full has it taken by the reclaimer (ts_collect_kept()) within
+ * 2 * KEPT_SCAN_NS and a grace period.  Here the one cancelled record must
+ * be back in the pool within a generous multiple of that, unposted.
+ */
+START_TEST(test_lifecycle_kept_cancel_reaches_pool_within_bound)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	struct shard *s = k->shards[0];
+	kairos_id far[10], id;
+	uint64_t t0, took, free_n, total;
+	bool home;
+
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &far[i]), 0);
+	ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &id), 0);
+	t_sleep_ms(100);
+	ck_assert(t_records_home(k, 11, &free_n, &total));
+	t0 = t_mono();
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	ck_assert_msg(!posts_waiting(s), "the kept cancel was posted");
+	while (!(home = t_records_home(k, 10, &free_n, &total)) && t_mono() - t0 < 2 * T_SEC)
+		t_sleep_ns(100 * T_US);
+	took = t_mono() - t0;
+	ck_assert_msg(home, "the kept record is still away after %" PRIu64 " ms",
+		      (uint64_t)(took / T_MS));
+	/* The bound is about 10 ms; a loaded machine (or a sanitizer) gets 100x. */
+	ck_assert_msg(took < 100 * 2 * KEPT_SCAN_NS + 100 * SHARD_FLUSH_NS,
+		      "reached the pool after %" PRIu64 " ms", (uint64_t)(took / T_MS));
+	ck_assert_uint_eq(atomic_load(&s->far_kept), 1);
+	ck_assert(!posts_waiting(s));
+	t_destroy(k, KAIROS_DRAIN_DROP, 10);
+}
+END_TEST
+
+#define KEPT_THREADS	3
+#define KEPT_TIMERS	300
+
+static struct kairos *kept_k;
+static _Atomic uint64_t kept_paused;
+
+/*
+ * Arms KEPT_TIMERS far timers and cancels them, pausing now and then for
+ * up to two of the reclaimer's looks, so that its takes of the bundle come
+ * between cancels, and cancels come while it takes.
+ */
+static void *t_kept_thread(void *arg)
+{
+	uint64_t rng = t_seed((uint64_t)(uintptr_t)arg);
+	kairos_id id[KEPT_TIMERS];
+
+	for (int i = 0; i < KEPT_TIMERS; i++)
+		if (kairos_arm(kept_k, 60 * T_SEC, t_cb_never, NULL, &id[i]) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	for (int i = 0; i < KEPT_TIMERS; i++) {
+		if (kairos_cancel(kept_k, id[i]) != 0 || kairos_cancel(kept_k, id[i]) != -ENOENT)
+			atomic_fetch_add(&tt.bad, 1);
+		if (t_rand_below(&rng, 4) == 0) {
+			t_sleep_ns(t_rand_below(&rng, 2 * KEPT_SCAN_NS + T_MS));
+			atomic_fetch_add(&kept_paused, 1);
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Threads cancel their far timers while the reclaimer takes their kept
+ * cancels from them: every cancel ends its timer once, kept or posted,
+ * the counts agree, and every record comes home.
+ */
+START_TEST(test_lifecycle_kept_cancels_taken_while_cancelling)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	pthread_t th[KEPT_THREADS];
+	struct kairos_stats st;
+	uint64_t kept;
+
+	kept_k = k;
+	for (uintptr_t i = 0; i < KEPT_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, t_kept_thread, (void *)(i + 1)), 0);
+	for (int i = 0; i < KEPT_THREADS; i++)
+		pthread_join(th[i], NULL);
+	ck_assert_int_eq(atomic_load(&tt.bad), 0);
+	ck_assert_uint_gt(atomic_load(&kept_paused), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, KEPT_THREADS * KEPT_TIMERS);
+	ck_assert_uint_eq(st.cancelled, KEPT_THREADS * KEPT_TIMERS);
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_uint_eq(st.fired, 0);
+	kept = atomic_load(&k->shards[0]->far_kept);
+	ck_assert_uint_gt(kept, 0);
+	ck_assert_uint_le(kept, KEPT_THREADS * KEPT_TIMERS);
+	t_wait_records_home(k, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 }
 END_TEST
 
@@ -904,6 +1015,8 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_fork_exec);
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
+	tcase_add_test(tc, test_lifecycle_kept_cancel_reaches_pool_within_bound);
+	tcase_add_test(tc, test_lifecycle_kept_cancels_taken_while_cancelling);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
