@@ -201,9 +201,10 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
  * retired themselves (far_kept: table_keep_flush(), which wakes a sleeping
  * shard every WHEEL_SWEEP_MIN of them), the entries of timers filed by
  * value that they left stale are swept from every slot
- * (wheel_sweep_entries(), which reads no record).  A slot sweeps itself only as it grows, so without this the
- * entries of a batch of idle timeouts, all cancelled, would hold their
- * memory until their slot comes.  At most two entries looked at per cancel.
+ * (wheel_sweep_entries(), which reads no record).  A slot sweeps itself
+ * only as it grows, so without this the entries of a batch of idle
+ * timeouts, all cancelled, would hold their memory until their slot comes.
+ * At most two entries looked at per cancel.
  */
 static void ents_tidy(struct shard *s)
 {

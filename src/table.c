@@ -473,6 +473,8 @@ void table_keep_flush(struct kairos *k, struct tstate *t)
 	if ((was + n) / WHEEL_SWEEP_MIN != was / WHEEL_SWEEP_MIN &&
 	    atomic_load_explicit(&s->sleep_tick, memory_order_relaxed))
 		shard_wake(s);
+	/* For TSan, as in table_keep(): a flush by the thread, in its section. */
+	tsan_published(&t->kept);
 }
 
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b)

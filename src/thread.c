@@ -28,9 +28,9 @@
  * (ts_collect_kept()).  So a thread holds at most BUNDLE_RECS - 1 free
  * records, BUNDLE_RECS - 1 kept cancels for at most about 2 *
  * KEPT_SCAN_NS, one open arrival block and the spares it took from one
- * shard's pool, and nothing it holds outlives it.  Every count is, at any time, either in a
- * thread on the list or in the base counters, and both move only under
- * thr_lock: kairos_stats() sums them there.
+ * shard's pool, and nothing it holds outlives it.  Every count is, at any
+ * time, either in a thread on the list or in the base counters, and both
+ * move only under thr_lock: kairos_stats() sums them there.
  */
 #include "rcu.h"
 
