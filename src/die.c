@@ -6,6 +6,7 @@
  * would break the contract (a timer lost or run twice), so the message
  * names the place, what failed and the errno it failed with, and aborts.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,23 @@ void thread_join(pthread_t t)
 
 	if (err)
 		kairos_die_err("pthread_join", err);
+}
+
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int err, rc;
+
+	/* The new thread inherits the mask in force here. */
+	sigfillset(&all);
+	err = pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (err)
+		kairos_die_err("pthread_sigmask", err);
+	rc = pthread_create(t, NULL, fn, arg);
+	err = pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err)
+		kairos_die_err("pthread_sigmask", err);
+	return rc;
 }
 
 void thread_name(const char *role, int a, int b)

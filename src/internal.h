@@ -53,6 +53,12 @@ void mutex_lock(pthread_mutex_t *m);
 void mutex_unlock(pthread_mutex_t *m);
 void thread_join(pthread_t t);
 /*
+ * Starts a thread of the library with every signal blocked, so that signals
+ * meant for the program reach its own threads, never a shard, worker or
+ * the reclaimer (faults are still delivered).  pthread_create()'s result.
+ */
+int thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+/*
  * Names the calling thread for top and gdb: "kairos-ROLE[-A[-B]]" (a
  * negative number is left out), truncated to 15 bytes.
  */

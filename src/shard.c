@@ -802,7 +802,7 @@ int shard_start(struct shard *s)
 {
 	int rc;
 
-	rc = fault_hit() ? -EAGAIN : -pthread_create(&s->thread, NULL, shard_main, s);
+	rc = fault_hit() ? -EAGAIN : -thread_start(&s->thread, shard_main, s);
 	if (rc)
 		return rc;
 	while (!atomic_load_explicit(&s->init_done, memory_order_acquire))

@@ -600,7 +600,7 @@ int table_reclaimer_start(struct kairos *k)
 {
 	if (fault_hit())
 		return -EAGAIN;
-	return -pthread_create(&k->reclaimer, NULL, reclaimer_main, k);
+	return -thread_start(&k->reclaimer, reclaimer_main, k);
 }
 
 void table_reclaimer_stop(struct kairos *k)

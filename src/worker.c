@@ -245,7 +245,7 @@ int worker_start(struct kairos *k, struct shard *s)
 	if (!s->workers)
 		return -ENOMEM;
 	for (unsigned i = 0; i < k->cfg.workers; i++) {
-		rc = fault_hit() ? -EAGAIN : -pthread_create(&s->workers[i], NULL, worker_main, s);
+		rc = fault_hit() ? -EAGAIN : -thread_start(&s->workers[i], worker_main, s);
 		if (rc) {
 			/* Undo this shard's part: the caller undoes the shards before. */
 			worker_stop(s);

@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -808,8 +810,30 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
-/* Every thread a service starts carries a name that top and gdb show. */
-static int count_comm(const char *name, bool prefix)
+/* Whether task @tid of this process blocks every signal in the mask @sigs. */
+static bool task_blocks(const char *tid, uint64_t sigs)
+{
+	char path[300], line[128];
+	unsigned long long blk = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "SigBlk: %llx", &blk) == 1;
+	fclose(f);
+	return found && (blk & sigs) == sigs;
+}
+
+/*
+ * Every thread a service starts carries a name that top and gdb show.
+ * Counts the threads named @name (or, with @prefix, whose names start with
+ * it) that also block every signal in @sigs (0: any).
+ */
+static int count_comm(const char *name, bool prefix, uint64_t sigs)
 {
 	DIR *d = opendir("/proc/self/task");
 	struct dirent *e;
@@ -829,7 +853,9 @@ static int count_comm(const char *name, bool prefix)
 		if (fgets(comm, sizeof(comm), f))
 			comm[strcspn(comm, "\n")] = '\0';
 		fclose(f);
-		n += prefix ? !strncmp(comm, name, strlen(name)) : !strcmp(comm, name);
+		if (prefix ? strncmp(comm, name, strlen(name)) : strcmp(comm, name))
+			continue;
+		n += !sigs || task_blocks(e->d_name, sigs);
 	}
 	closedir(d);
 	return n;
@@ -837,13 +863,19 @@ static int count_comm(const char *name, bool prefix)
 
 static int count_named(const char *name)
 {
-	return count_comm(name, false);
+	return count_comm(name, false, 0);
 }
 
 static int count_prefix(const char *prefix)
 {
-	return count_comm(prefix, true);
+	return count_comm(prefix, true, 0);
 }
+
+/* Signals a program handles itself; bit n - 1 is signal n, as in SigBlk. */
+#define SIG_BIT(n)	(UINT64_C(1) << ((n) - 1))
+#define PROGRAM_SIGS	(SIG_BIT(SIGHUP) | SIG_BIT(SIGINT) | SIG_BIT(SIGTERM) | \
+			 SIG_BIT(SIGUSR1) | SIG_BIT(SIGUSR2) | SIG_BIT(SIGALRM) | \
+			 SIG_BIT(SIGPIPE) | SIG_BIT(SIGCHLD))
 
 START_TEST(test_lifecycle_thread_names)
 {
@@ -852,6 +884,7 @@ START_TEST(test_lifecycle_thread_names)
 	struct kairos *k = t_create(&c);
 	struct kairos_timer_opts o = { 0 };
 	struct t_timer tm[2];
+	char tid[32];
 
 	ck_assert_int_eq(count_named("kairos-shard-0"), 1);
 	ck_assert_int_eq(count_named("kairos-shard-1"), 1);
@@ -879,6 +912,13 @@ START_TEST(test_lifecycle_thread_names)
 		}
 	}
 	ck_assert_int_eq(count_named("kairos-reclaim"), 1);
+	/*
+	 * Each blocks the signals a program handles, so that they reach the
+	 * program's own threads (kairos(3), THREADS), while this one does not.
+	 */
+	ck_assert_int_eq(count_comm("kairos-", true, PROGRAM_SIGS), 2 + 2 * 3 + 1);
+	snprintf(tid, sizeof(tid), "%ld", (long)syscall(SYS_gettid));
+	ck_assert_msg(!task_blocks(tid, SIG_BIT(SIGINT)), "the starting thread's mask was not given back");
 	ck_assert_int_eq(t_wait_int(&tm[1].runs, 1, T_WAIT_MS), 1);
 	t_check_calls(&tt, T_LATE);
 	t_check_identity(k, &tt);
