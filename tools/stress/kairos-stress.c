@@ -19,11 +19,12 @@
 #include "stress.h"
 #include "term.h"
 
-static volatile sig_atomic_t got_signal;
+/* Atomic: the handler may run on any thread of the tool (lock-free, so safe there). */
+static atomic_int got_signal;
 
 static void on_signal(int sig)
 {
-	got_signal = sig;
+	atomic_store_explicit(&got_signal, sig, memory_order_relaxed);
 }
 
 /* ---- the command line ---------------------------------------------------- */
@@ -493,7 +494,7 @@ static uint64_t run_load(void)
 		uint64_t wake;
 
 		now = now_ns();
-		if (now >= end || got_signal)
+		if (now >= end || atomic_load_explicit(&got_signal, memory_order_relaxed))
 			break;
 		if (now >= next_sample) {
 			take_sample(&p, now);
@@ -523,7 +524,7 @@ static uint64_t run_load(void)
 		term_progress_clear(stderr);
 	else if (lines)
 		progress_line(&p, now);
-	if (got_signal)
+	if (atomic_load_explicit(&got_signal, memory_order_relaxed))
 		S.interrupted = true;
 	free(p.snap);
 	return now - p.t0;
@@ -823,8 +824,10 @@ int main(int argc, char **argv)
 		return 1;
 	/* What ran was checked and reported, but it was not the run asked for. */
 	if (S.interrupted) {
-		fprintf(stderr, "kairos-stress: interrupted by signal %d\n", (int)got_signal);
-		return 128 + (int)got_signal;
+		int sig = atomic_load_explicit(&got_signal, memory_order_relaxed);
+
+		fprintf(stderr, "kairos-stress: interrupted by signal %d\n", sig);
+		return 128 + sig;
 	}
 	return rc;
 }
