@@ -706,13 +706,63 @@ START_TEST(test_lifecycle_cancel_reaches_shard_within_bound)
 }
 END_TEST
 
+/* The name of task @tid of this process, into @comm; false once it has exited. */
+static bool task_comm(const char *tid, char *comm, size_t len)
+{
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(comm, (int)len, f))
+		comm[0] = '\0';
+	fclose(f);
+	comm[strcspn(comm, "\n")] = '\0';
+	return true;
+}
+
+/* Context switches so far of this process's thread named @name (one only). */
+static uint64_t task_switches(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint64_t n = 0;
+	int found = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		char path[300], line[128];
+		unsigned long long v;
+		FILE *f;
+
+		if (e->d_name[0] == '.' || !task_comm(e->d_name, line, sizeof(line)) ||
+		    strcmp(line, name))
+			continue;
+		found++;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		f = fopen(path, "r");
+		ck_assert_ptr_nonnull(f);
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
+			    sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+				n += v;
+		fclose(f);
+	}
+	closedir(d);
+	ck_assert_int_eq(found, 1);
+	return n;
+}
+
 /*
  * A cancel of a timer filed by value, from a thread that arms on its
  * shard, posts nothing: the thread keeps the record (table_keep()) and
  * hands its bundle over when it is full.  A thread that goes quiet with a
  * bundle not full has it taken by the reclaimer (ts_collect_kept()) within
  * 2 * KEPT_SCAN_NS and a grace period.  Here the one cancelled record must
- * be back in the pool within a generous multiple of that, unposted.
+ * be back in the pool within a generous multiple of that, unposted; then
+ * the reclaimer stops looking, and sleeps while the service is quiet.
  */
 START_TEST(test_lifecycle_kept_cancel_reaches_pool_within_bound)
 {
@@ -720,7 +770,7 @@ START_TEST(test_lifecycle_kept_cancel_reaches_pool_within_bound)
 	struct kairos *k = t_create(&c);
 	struct shard *s = k->shards[0];
 	kairos_id far[10], id;
-	uint64_t t0, took, free_n, total;
+	uint64_t t0, took, free_n, total, sw;
 	bool home;
 
 	for (int i = 0; i < 10; i++)
@@ -741,6 +791,13 @@ START_TEST(test_lifecycle_kept_cancel_reaches_pool_within_bound)
 		      "reached the pool after %" PRIu64 " ms", (uint64_t)(took / T_MS));
 	ck_assert_uint_eq(atomic_load(&s->far_kept), 1);
 	ck_assert(!posts_waiting(s));
+	for (int i = 0; i < 400 && atomic_load(&k->kept_watch); i++)
+		t_sleep_ms(5);
+	ck_assert_uint_eq(atomic_load(&k->kept_watch), 0);
+	sw = task_switches("kairos-reclaim");
+	t_sleep_ms(200);
+	/* 50 looks' worth of time; one wake-up allowed for a stray kick. */
+	ck_assert_uint_le(task_switches("kairos-reclaim") - sw, 1);
 	t_destroy(k, KAIROS_DRAIN_DROP, 10);
 }
 END_TEST
@@ -841,18 +898,11 @@ static int count_comm(const char *name, bool prefix, uint64_t sigs)
 
 	ck_assert_ptr_nonnull(d);
 	while ((e = readdir(d))) {
-		char path[300], comm[32] = "";
-		FILE *f;
+		char comm[32];
 
-		if (e->d_name[0] == '.')
+		/* A thread that has just exited is not counted. */
+		if (e->d_name[0] == '.' || !task_comm(e->d_name, comm, sizeof(comm)))
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;	/* the thread has just exited */
-		if (fgets(comm, sizeof(comm), f))
-			comm[strcspn(comm, "\n")] = '\0';
-		fclose(f);
 		if (prefix ? strncmp(comm, name, strlen(name)) : strcmp(comm, name))
 			continue;
 		n += !sigs || task_blocks(e->d_name, sigs);
