@@ -865,6 +865,65 @@ START_TEST(test_lifecycle_kept_cancels_taken_while_cancelling)
 }
 END_TEST
 
+#define RACE_ROUNDS	24
+#define RACE_ARMS	64
+#define RACE_CANCELS	20
+
+static struct kairos *race_k;
+static _Atomic int race_step;	/* 1: the thread's cancels are in; 2: it may go */
+
+/* Arms far timers, cancels some (kept), then stays quiet on the service. */
+static void *t_race_thread(void *arg)
+{
+	kairos_id id[RACE_ARMS];
+
+	(void)arg;
+	for (int i = 0; i < RACE_ARMS; i++)
+		if (kairos_arm(race_k, 60 * T_SEC, t_cb_never, NULL, &id[i]) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	for (int i = 0; i < RACE_CANCELS; i++)
+		if (kairos_cancel(race_k, id[i]) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	atomic_store(&race_step, 1);
+	while (atomic_load(&race_step) != 2)
+		t_sleep_ms(1);
+	return NULL;
+}
+
+/*
+ * kairos_destroy() while the reclaimer may be taking a quiet thread's kept
+ * cancels (before its look, between its steps, after the take): destroy
+ * returns, every timer ends once (cancelled or drained), and the thread,
+ * exiting after its service is gone, hands nothing back to it.
+ */
+START_TEST(test_lifecycle_destroy_races_kept_take)
+{
+	uint64_t rng = t_seed(0x7ace);
+
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		struct kairos_config c = t_cfg(1, 1);
+		struct kairos_stats st;
+		pthread_t th;
+
+		race_k = t_create(&c);
+		atomic_store(&race_step, 0);
+		ck_assert_int_eq(pthread_create(&th, NULL, t_race_thread, NULL), 0);
+		while (atomic_load(&race_step) != 1)
+			t_sleep_ms(1);
+		t_sleep_ns(t_rand_below(&rng, 3 * KEPT_SCAN_NS));
+		t_destroy(race_k, KAIROS_DRAIN_DROP, RACE_ARMS - RACE_CANCELS);
+		ck_assert_int_eq(kairos_stats(race_k, &st), 0);
+		ck_assert_uint_eq(st.armed, RACE_ARMS);
+		ck_assert_uint_eq(st.cancelled, RACE_CANCELS);
+		ck_assert_uint_eq(st.drained, RACE_ARMS - RACE_CANCELS);
+		ck_assert_uint_eq(st.pending, 0);
+		atomic_store(&race_step, 2);
+		pthread_join(th, NULL);
+	}
+	ck_assert_int_eq(atomic_load(&tt.bad), 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 
 /* Whether task @tid of this process blocks every signal in the mask @sigs. */
@@ -1107,6 +1166,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
 	tcase_add_test(tc, test_lifecycle_kept_cancel_reaches_pool_within_bound);
 	tcase_add_test(tc, test_lifecycle_kept_cancels_taken_while_cancelling);
+	tcase_add_test(tc, test_lifecycle_destroy_races_kept_take);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
