@@ -534,6 +534,7 @@ struct shard {
 	 */
 	_Atomic(struct rec *) free_head __attribute__((aligned(CACHELINE)));
 	_Atomic(struct rec *) retired;	/* ended records awaiting a grace period */
+	_Atomic uint64_t retired_n;	/* records on it or in the reclaimer's hands */
 	/* Cancels of records filed by value that their callers retired (table_keep_flush()). */
 	_Atomic uint64_t far_kept;
 
@@ -824,6 +825,15 @@ static inline uint64_t ts_read(_Atomic uint64_t *c)
 }
 
 /* table.c: record pools, lookup by id, reclamation. */
+/*
+ * Records of one shard on their way through the reclaimer past which an arm
+ * whose next bundle would grow the pool (none free) waits for the reclaimer
+ * instead (kairos.c, arm_backoff()): threads that end records faster than
+ * grace periods pass would otherwise grow the pool without bound.  4 MiB of
+ * records.
+ */
+#define RECLAIM_LIMIT	65536
+bool table_reclaim_behind(struct shard *s);
 int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		uint32_t *index);
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);

@@ -435,18 +435,19 @@ static bool reserve(struct kairos *k)
 
 /*
  * How long one arm may wait for a shard that is SHARD_POST_LIMIT posts
- * behind.  Bounded, so that no arm can wait forever (say, on a shard whose
- * inline callback is blocked on a lock the arming thread holds): past it the
- * arm goes ahead, and the backlog grows by at most one post per thread per
- * wait.
+ * behind, or whose records the reclaimer is RECLAIM_LIMIT behind on.
+ * Bounded, so that no arm can wait forever (say, on a shard whose inline
+ * callback is blocked on a lock the arming thread holds): past it the arm
+ * goes ahead, and the backlog grows by at most one post (or one bundle of
+ * records) per thread per wait.
  */
 #define ARM_BACKOFF_NS	(10 * 1000000ull)
 
 /*
- * Holds an arm back while shard @index of @k is far behind, outside any
- * read-side section: it sleeps on the header's event count, which
- * inbox_drain() bumps when it sees a waiter, and looks at the shard again
- * only after entering anew.
+ * Holds an arm back while shard @index of @k, or the reclaimer on its
+ * records, is far behind, outside any read-side section: it sleeps on the
+ * header's event count, which inbox_drain() and the reclaimer's passes
+ * bump when they see a waiter, and looks again only after entering anew.
  */
 static void arm_backoff(struct kairos *k, unsigned index)
 {
@@ -461,7 +462,8 @@ static void arm_backoff(struct kairos *k, unsigned index)
 		if (service_enter(k))
 			break;
 		behind = atomic_load_explicit(&k->shards[index]->inbox_posts,
-					      memory_order_seq_cst) >= SHARD_POST_LIMIT;
+					      memory_order_seq_cst) >= SHARD_POST_LIMIT ||
+			 table_reclaim_behind(k->shards[index]);
 		service_leave();
 		now = clock_now_ns(CLOCK_MONOTONIC);
 		if (!behind || now >= deadline ||
@@ -544,6 +546,14 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t dea
 			atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 		return rc;
 	}
+	/*
+	 * The next arm takes a new bundle of free records: if none is free
+	 * while the reclaimer is far behind, it would grow the pool, so this
+	 * one waits for the reclaimer first (a look once per bundle: it reads
+	 * lines other threads write).
+	 */
+	if ((!t || !t->free) && table_reclaim_behind(s))
+		*behind = s->index + 1;
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	r->fn = fn;
 	r->arg = arg;

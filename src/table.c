@@ -358,6 +358,7 @@ static void retired_push(struct kairos *k, struct shard *s, struct rec *head, un
 
 	/* Atomic: the shard may look at an old entry of this record meanwhile (arrival.c). */
 	__atomic_store_n(&head->wt.slack, n, __ATOMIC_RELAXED);
+	atomic_fetch_add_explicit(&s->retired_n, n, memory_order_relaxed);
 	do {
 		rec_link_set(head, old);
 	} while (!atomic_compare_exchange_weak_explicit(&s->retired, &old, head,
@@ -494,11 +495,13 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 {
 	struct rec *out = NULL, *out_last = NULL, *acc = NULL, *acc_last = NULL;
 	unsigned acc_n = 0;
+	uint64_t all = 0;
 
 	while (heads) {
 		struct rec *b = heads, *tail = b;
 		unsigned n = __atomic_load_n(&b->wt.slack, __ATOMIC_RELAXED);
 
+		all += n;
 		heads = rec_link(b);
 		if (n < BUNDLE_RECS / 2) {
 			/* Small: walk it (it is short) onto the bundle being merged. */
@@ -522,6 +525,19 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 		heads_append(&out, &out_last, acc);
 	if (out)
 		stack_push(&s->free_head, out, out_last);
+	/* seq_cst: before the reclaimer's look at ev_waiters (reclaim_pass()). */
+	atomic_fetch_sub_explicit(&s->retired_n, all, memory_order_seq_cst);
+}
+
+/*
+ * Whether the next bundle taken from @s would grow its pool while the
+ * reclaimer holds RECLAIM_LIMIT or more of its records: none is free now.
+ */
+bool table_reclaim_behind(struct shard *s)
+{
+	/* seq_cst: pairs with reclaim_shard()'s, for a held-back arm (kairos.c). */
+	return atomic_load_explicit(&s->retired_n, memory_order_seq_cst) >= RECLAIM_LIMIT &&
+	       !atomic_load_explicit(&s->free_head, memory_order_relaxed);
 }
 
 /*
@@ -548,6 +564,9 @@ static bool reclaim_pass(struct kairos *k)
 		if (taken[i])
 			reclaim_shard(k->shards[i], taken[i]);
 	key_garbage_free(garbage);
+	/* Arms held back for a reclaimer that was behind look again (kairos.c). */
+	if (atomic_load_explicit(&k->ev_waiters, memory_order_seq_cst))
+		service_event(k);
 	return true;
 }
 
