@@ -550,9 +550,9 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t dea
 	 * The next arm takes a new bundle of free records: if none is free
 	 * while the reclaimer is far behind, it would grow the pool, so this
 	 * one waits for the reclaimer first (a look once per bundle: it reads
-	 * lines other threads write).
+	 * lines other threads write).  A shard thread never waits.
 	 */
-	if ((!t || !t->free) && table_reclaim_behind(s))
+	if ((!t || !t->free) && !tls_shard && table_reclaim_behind(s))
 		*behind = s->index + 1;
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	r->fn = fn;
