@@ -286,9 +286,9 @@ void ts_sum(struct kairos *k, uint64_t *armed, uint64_t *cancelled)
  * thread's calls take no lock and write no shared line:
  *   - under thr_lock, kept_steal is set: from then on the thread's cancels
  *     post their records as before and leave the bundle alone;
- *   - a grace period passes (without thr_lock, which kairos_stats() takes
- *     inside its read-side section): every cancel that saw kept_steal clear
- *     has returned, and every later one sees it set;
+ *   - a grace period passes (without thr_lock, so that joins, exits and
+ *     kairos_stats() do not wait that long for it): every cancel that saw
+ *     kept_steal clear has returned, and every later one sees it set;
  *   - under thr_lock again, each thread still on the list with kept_steal
  *     set has its bundle handed over and kept_steal cleared (release: the
  *     thread's next look sees an empty bundle).  A thread that left between
