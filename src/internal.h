@@ -839,7 +839,7 @@ int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec 
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
-void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t idx, uint32_t gen);
+void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t gen);
 void table_keep_flush(struct kairos *k, struct tstate *t);
 /*
  * How often the reclaimer looks for kept cancels that a quiet thread holds:

@@ -837,7 +837,7 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	 */
 	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED)) {
 		if (keep && (old & ST_FAR))
-			table_keep(k, t, r, id_index(id), id_gen(id));
+			table_keep(k, t, r, id_gen(id));
 		else
 			(void)shard_post(s, r, UINT64_MAX);
 	}

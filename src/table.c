@@ -109,6 +109,14 @@ uint32_t table_index(struct shard *s, const struct rec *r)
 	return c->h.head.no << CHUNK_BITS | (uint32_t)((const struct rec *)r - &c->h.pad);
 }
 
+/* @r's byte in its chunk's ended array: address arithmetic, no load. */
+static _Atomic uint8_t *ended_slot(struct rec *r)
+{
+	struct rec_chunk *c = chunk_of(r);
+
+	return &c->h.head.ended[r - &c->h.pad];
+}
+
 /*
  * Notes the life of @r that ends as it is retired (struct chunk_head's
  * ended).  Before the record can be taken again: its next life's entries
@@ -116,11 +124,9 @@ uint32_t table_index(struct shard *s, const struct rec *r)
  */
 static void ended_mark(struct rec *r)
 {
-	struct rec_chunk *c = chunk_of(r);
 	uint64_t st = atomic_load_explicit(&r->state, memory_order_relaxed);
 
-	atomic_store_explicit(&c->h.head.ended[r - &c->h.pad], (uint8_t)st_gen(st),
-			      memory_order_relaxed);
+	atomic_store_explicit(ended_slot(r), (uint8_t)st_gen(st), memory_order_relaxed);
 }
 
 /*
@@ -415,17 +421,15 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 }
 
 /*
- * table_keep - a cancel of record @idx of @t's shard, life @gen, filed by
+ * table_keep - a cancel of record @r of @t's shard, life @gen, filed by
  * value: the record joins @t's bundle of kept cancels, and the byte of the
  * life it ended is stored when the bundle goes (table_keep_flush()).  Until
  * then the wheel may take its entries for standing and look at the record,
  * which says they are stale.  The thread's own call, inside its read-side
  * section, with kept_steal seen clear in that section.
  */
-void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t idx, uint32_t gen)
+void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t gen)
 {
-	struct rec_chunk *c = table_chunk(t->s, idx);
-
 	if (!t->kept.n) {
 		t->kept_s = t->s;
 		/*
@@ -439,7 +443,7 @@ void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t idx,
 		    !atomic_exchange_explicit(&k->kept_watch, 1, memory_order_seq_cst))
 			table_kick(k);
 	}
-	t->kept_end[t->kept.n] = &c->h.head.ended[idx & (CHUNK_RECS - 1)];
+	t->kept_end[t->kept.n] = ended_slot(r);
 	t->kept_gen[t->kept.n] = (uint8_t)gen;
 	rbundle_link(k, &t->kept, r);
 	if (t->kept.n == BUNDLE_RECS)
