@@ -32,8 +32,9 @@
  * a block when it is full, when the thread moves to another shard or leaves
  * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
  * never touches the block again; once the shard has filed all of it, the
- * block goes to the shard's pool, for a thread to open again.  Blocks are
- * freed with their shard.
+ * block goes to the reclaimer and, past its next grace period, to the
+ * shard's pool, for a thread to open again (arrival_get() says why the
+ * wait).  Blocks are freed with their shard.
  *
  * Telling the shard
  * -----------------
@@ -112,38 +113,47 @@ void arrival_close(struct tstate *t)
 }
 
 /*
- * Pushes the chain @first..@last on the stack @head (pushes are ABA-safe;
- * seq_cst, which a block's opening needs: see "Telling the shard").
+ * Pushes the chain @first..@last on the stack @head; returns the head it
+ * replaced.  seq_cst, which a block's opening needs (see "Telling the
+ * shard").  The link is atomic: a popper may read it meanwhile (below).
  */
-static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
-			 struct arrival *last)
+static struct arrival *arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
+				    struct arrival *last)
 {
 	struct arrival *old = atomic_load_explicit(head, memory_order_relaxed);
 
 	do {
-		last->next = old;
+		__atomic_store_n(&last->next, old, __ATOMIC_RELAXED);
 	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_seq_cst,
 							memory_order_relaxed));
+	return old;
 }
 
 /*
- * A block for @t to open on @s: a spare of its own, else the shard's pool
- * taken whole (an exchange, so no popper can be fooled by a block that
- * went and came back), else a new one.  Blocks are never freed before
- * their shard: reusing them spares the allocator's lock, which a shard
- * freeing what threads allocate made them wait on.
+ * A block for @t to open on @s: one popped off the shard's pool, else a new
+ * one.  Call inside a read-side section, which makes the pop safe from ABA:
+ * a block popped by another thread after this one read the head comes back
+ * to the pool only past a grace period (arrivals_pool()), which waits for
+ * this section, so the CAS below fails rather than install a stale link.
+ * One block at a time, so that no thread holds more than the one it
+ * writes: taking the pool whole let a thread keep tens of thousands that
+ * the others then made anew.  Blocks are never freed before their shard:
+ * reusing them spares the allocator's lock, which a shard freeing what
+ * threads allocate made them wait on.
  */
-static struct arrival *arrival_get(struct shard *s, struct tstate *t)
+static struct arrival *arrival_get(struct shard *s)
 {
-	struct arrival *b = t->arr_spare, *old;
+	/* Acquire pairs with the reclaimer's push: the shard was done with them. */
+	struct arrival *b = atomic_load_explicit(&s->arr_pool, memory_order_acquire), *old;
 
-	if (!b && atomic_load_explicit(&s->arr_pool, memory_order_relaxed))
-		/* Acquire pairs with the shard's push: it is done with them. */
-		b = atomic_exchange_explicit(&s->arr_pool, NULL, memory_order_acquire);
-	if (b) {
-		t->arr_spare = b->next;
+	while (b && !atomic_compare_exchange_weak_explicit(&s->arr_pool, &b,
+							   __atomic_load_n(&b->next,
+									   __ATOMIC_RELAXED),
+							   memory_order_acquire,
+							   memory_order_acquire))
+		;
+	if (b)
 		return b;
-	}
 	b = fault_hit() ? NULL : malloc(sizeof(*b));
 	if (!b)
 		return NULL;
@@ -153,20 +163,6 @@ static struct arrival *arrival_get(struct shard *s, struct tstate *t)
 	} while (!atomic_compare_exchange_weak_explicit(&s->arr_all, &old, b, memory_order_relaxed,
 							memory_order_relaxed));
 	return b;
-}
-
-/* @t leaves its shard: its block is closed, its spares go back to the pool. */
-void arrival_leave(struct tstate *t)
-{
-	struct arrival *last = t->arr_spare;
-
-	arrival_close(t);
-	if (!last)
-		return;
-	while (last->next)
-		last = last->next;
-	arrival_push(&t->s->arr_pool, t->arr_spare, last);
-	t->arr_spare = NULL;
 }
 
 /*
@@ -183,7 +179,7 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	uint64_t sleep;
 
 	arrival_close(t);
-	b = arrival_get(s, t);
+	b = arrival_get(s);
 	if (!b)
 		return false;
 	atomic_store_explicit(&b->pub, 0, memory_order_relaxed);
@@ -359,7 +355,8 @@ void arrivals_take(struct shard *s)
 		while (b) {
 			struct arrival *next = b->next;
 
-			b->next = s->arr_open;
+			/* Atomic, as every store to a link: a stale popper may read it. */
+			__atomic_store_n(&b->next, s->arr_open, __ATOMIC_RELAXED);
 			b->seen_at = s->wheel.curr;
 			s->arr_open = b;
 			b = next;
@@ -377,8 +374,10 @@ void arrivals_take(struct shard *s)
 		for (; b->taken < n; b->taken++)
 			arrival_file(s, b, &b->e[b->taken]);
 		if (pub & ARRIVAL_CLOSED) {
-			*pp = b->next;
-			arrival_push(&s->arr_pool, b, b);
+			__atomic_store_n(pp, b->next, __ATOMIC_RELAXED);
+			/* The first block of a batch wakes the reclaimer; later ones ride along. */
+			if (!arrival_push(&s->arr_cool, b, b))
+				table_kick(s->k);
 			continue;
 		}
 		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
@@ -437,6 +436,34 @@ void arrivals_free(struct shard *s)
 		b = next;
 	}
 	atomic_store_explicit(&s->arr_new, NULL, memory_order_relaxed);
+	atomic_store_explicit(&s->arr_cool, NULL, memory_order_relaxed);
 	atomic_store_explicit(&s->arr_pool, NULL, memory_order_relaxed);
 	s->arr_open = NULL;
+}
+
+/*
+ * arrivals_cool_take - the blocks @s has read to the end since the last
+ * call, for the reclaimer to pool past its next grace period.
+ */
+struct arrival *arrivals_cool_take(struct shard *s)
+{
+	if (!atomic_load_explicit(&s->arr_cool, memory_order_relaxed))
+		return NULL;
+	/* Acquire pairs with the shard's push: it is done with them. */
+	return atomic_exchange_explicit(&s->arr_cool, NULL, memory_order_acquire);
+}
+
+/*
+ * arrivals_pool - puts @cooled (from arrivals_cool_take(), a grace period
+ * ago) on @s's pool, for threads to open again.  The reclaimer.
+ */
+void arrivals_pool(struct shard *s, struct arrival *cooled)
+{
+	struct arrival *last = cooled;
+
+	if (!cooled)
+		return;
+	while (last->next)
+		last = last->next;
+	(void)arrival_push(&s->arr_pool, cooled, last);
 }

@@ -499,10 +499,13 @@ struct shard {
 	/* Arrival blocks opened since the shard last looked (arrival.c), once per ARRIVAL_N arms. */
 	_Atomic(struct arrival *) arr_new;
 	/*
-	 * Blocks the shard has read to the end, for threads to open again
-	 * (pushed by the shard, taken whole by a thread); and every block ever
+	 * Blocks the shard has read to the end, on their way to the reclaimer
+	 * (pushed by the shard, taken whole by the reclaimer); blocks past a
+	 * grace period since, for threads to open again (pushed by the
+	 * reclaimer, popped one at a time: arrival.c); and every block ever
 	 * made for this shard, freed with it.
 	 */
+	_Atomic(struct arrival *) arr_cool;
 	_Atomic(struct arrival *) arr_pool;
 	_Atomic(struct arrival *) arr_all;
 	/*
@@ -746,11 +749,10 @@ struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
-	/* The arrival block it files far timers of @s on (arrival.c), its entries, and spare blocks of @s. */
+	/* The arrival block it files far timers of @s on (arrival.c), and its entries. */
 	struct arrival *arr;
 	unsigned arr_n;
 	uint64_t arr_base;		/* @arr's base */
-	struct arrival *arr_spare;
 	/*
 	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
 	 * record points at the one POST_HINTS arms back (shard.c, inbox_drain()).
@@ -985,7 +987,7 @@ struct arrival {
 	/* The shard's, on a line of their own (and @next, the opener's first). */
 	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
 	uint64_t seen_at;		/* the tick at which it last found a new entry */
-	struct arrival *next;		/* on arr_new, then on arr_open, then on arr_pool */
+	struct arrival *next;		/* on arr_new, arr_open, arr_cool, then arr_pool */
 	struct arrival *all_next;	/* on arr_all, for good */
 };
 
@@ -998,7 +1000,6 @@ struct arrival {
 
 bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind);
 void arrival_close(struct tstate *t);
-void arrival_leave(struct tstate *t);
 void arrival_rouse(struct shard *s, struct arrival *b);
 void arrival_fenced(struct shard *s, uint64_t fire);
 
@@ -1008,6 +1009,8 @@ bool arrivals_polling(struct shard *s);
 void arrivals_take(struct shard *s);
 bool arrivals_waiting(struct shard *s);
 void arrivals_free(struct shard *s);
+struct arrival *arrivals_cool_take(struct shard *s);
+void arrivals_pool(struct shard *s, struct arrival *cooled);
 void arrival_ops_init(struct shard *s);
 
 /*

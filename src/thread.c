@@ -88,15 +88,15 @@ static void ts_unlink(struct kairos *k, struct tstate *t)
 
 /*
  * Hands back what @t holds of its shard: its free records go back through
- * the reclaimer, and its arrival block is left to the shard, which pools
- * it once it has filed what is on it, as its spares are at once.
+ * the reclaimer, and its arrival block is left to the shard, which hands
+ * it on to be pooled once it has filed what is on it.
  */
 static void ts_hand_back(struct kairos *k, struct tstate *t)
 {
 	if (t->free)
 		table_give_back(k, t->s, t->free);
 	t->free = NULL;
-	arrival_leave(t);
+	arrival_close(t);
 }
 
 /* Forgets what @t held of a service that went (its memory went with it). */
@@ -109,7 +109,6 @@ static void ts_drop_holdings(struct tstate *t)
 	t->kept_seen_open = false;
 	t->arr = NULL;
 	t->arr_n = 0;
-	t->arr_spare = NULL;
 }
 
 /*

@@ -330,6 +330,82 @@ START_TEST(test_far_fenced)
 }
 END_TEST
 
+/* How many blocks are on @head's stack (or, with @all, ever made for the shard). */
+static unsigned f_blocks(struct shard *s, bool all)
+{
+	unsigned n = 0;
+
+	if (all)
+		for (struct arrival *b = atomic_load(&s->arr_all); b; b = b->all_next)
+			n++;
+	else
+		for (struct arrival *b = atomic_load(&s->arr_pool); b;
+		     b = __atomic_load_n(&b->next, __ATOMIC_ACQUIRE))
+			n++;
+	return n;
+}
+
+enum { F_POOL_BLOCKS = 32 };
+static struct t_timer f_pool_a[F_POOL_BLOCKS * ARRIVAL_N], f_pool_b[F_POOL_BLOCKS * ARRIVAL_N];
+static struct t_timer f_pool_a2[ARRIVAL_N + 1];
+static struct kairos *f_pool_k;
+
+static void *f_pool_second(void *arg)
+{
+	(void)arg;
+	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+		ck_assert_int_eq(t_arm(f_pool_k, &tt, &f_pool_b[i], 3600 * T_SEC), 0);
+	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+		ck_assert_int_eq(t_cancel(f_pool_k, &tt, &f_pool_b[i]), 0);
+	return NULL;
+}
+
+START_TEST(test_far_blocks_shared)
+{
+	struct kairos *k = f_pool_k = f_create(1);
+	struct shard *s = k->shards[0];
+	unsigned made, pooled;
+	pthread_t th;
+
+	/*
+	 * The blocks a thread leaves go back to its shard's pool for any
+	 * thread to open, one at a time: a thread that opens one block does
+	 * not take the others with it.  Here this thread fills 32 blocks
+	 * (fewer are made if some come back while it arms) and leaves all but
+	 * the last, which stays open until its next arm; once they are pooled
+	 * it opens two more, and a second thread then needs 32: it takes what
+	 * is left in the pool and makes the rest, 35 blocks in all at most.
+	 * A thread that took the pool whole would have left the second thread
+	 * to make nearly all of its 32.
+	 */
+	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &f_pool_a[i], 3600 * T_SEC), 0);
+	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+		ck_assert_int_eq(t_cancel(k, &tt, &f_pool_a[i]), 0);
+	made = f_blocks(s, true);
+	ck_assert_uint_le(made, F_POOL_BLOCKS);
+	for (int i = 0; i < 500 && f_blocks(s, false) < made - 1; i++)
+		t_sleep_ms(10);
+	ck_assert_uint_eq(f_blocks(s, false), made - 1);
+	for (unsigned i = 0; i < ARRIVAL_N + 1; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &f_pool_a2[i], 3600 * T_SEC), 0);
+	ck_assert_uint_eq(f_blocks(s, true), made);
+	/* Two taken; the block it left may be back already. */
+	pooled = f_blocks(s, false);
+	ck_assert_msg(pooled + 3 == made || pooled + 2 == made, "%u of %u blocks pooled", pooled,
+		      made);
+	ck_assert_int_eq(pthread_create(&th, NULL, f_pool_second, NULL), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	made = f_blocks(s, true);
+	ck_assert_msg(made <= F_POOL_BLOCKS + 3, "%u blocks made, at most %u expected", made,
+		      F_POOL_BLOCKS + 3);
+	for (unsigned i = 0; i < ARRIVAL_N + 1; i++)
+		ck_assert_int_eq(t_cancel(k, &tt, &f_pool_a2[i]), 0);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_far_churn_beside_standing)
 {
 	enum { STAND = 2000, CHURN = 300, ROUNDS = 50 };
@@ -413,6 +489,7 @@ int main(void)
 	tcase_add_test(tc, test_far_quiet_then_arm);
 	tcase_add_test(tc, test_far_earlier_in_open_block);
 	tcase_add_test(tc, test_far_fenced);
+	tcase_add_test(tc, test_far_blocks_shared);
 	suite_add_tcase(s, tc);
 	return t_main(s, "far");
 }
