@@ -643,6 +643,7 @@ struct kairos {
 	pthread_t reclaimer;
 	_Atomic uint32_t reclaim_seq;	/* futex the reclaimer sleeps on */
 	_Atomic uint32_t reclaim_stop;	/* futex too: it cuts a pause short */
+	_Atomic uint64_t reclaim_begun;	/* when its latest pass with records began */
 	/*
 	 * Set while some thread may hold kept cancels (tstate.kept): the
 	 * reclaimer then looks at the threads every KEPT_SCAN_NS (thread.c).
@@ -831,10 +832,25 @@ static inline uint64_t ts_read(_Atomic uint64_t *c)
  * Records of one shard on their way through the reclaimer past which an arm
  * whose next bundle would grow the pool (none free) waits for the reclaimer
  * instead (kairos.c, arm_backoff()): threads that end records faster than
- * grace periods pass would otherwise grow the pool without bound.  4 MiB of
- * records.
+ * grace periods pass would otherwise grow the pool without bound.  It
+ * waits past RECLAIM_LIMIT (4 MiB of records) once the reclaimer's pass has
+ * lasted RECLAIM_SLOW_NS, and past RECLAIM_LIMIT_HARD (16 MiB) at once.
+ *
+ * Why the time.  A grace period waits for every thread inside a read-side
+ * section, and liburcu-bp looks again only every 10 ms once a reader has
+ * stayed in one: a caller that the reclaimer's own wake-up preempted
+ * mid-call costs the pass 10-20 ms whenever the callers fill the CPUs.
+ * Records then come back 10-20 ms after they end, and a pool of the live
+ * timers plus that much churn is the steady state, not a backlog to wait
+ * for: 2 callers on 2 CPUs with 1e4 timers each end 3.5 million records a
+ * second per shard, and with the count alone they slept a third of their
+ * time.  A pass that lasts longer than two such looks and some is a
+ * reclaimer starved of CPU; the hard count bounds what a fast churn can
+ * hold in flight meanwhile.
  */
 #define RECLAIM_LIMIT	65536
+#define RECLAIM_LIMIT_HARD	(4 * RECLAIM_LIMIT)
+#define RECLAIM_SLOW_NS	(25 * 1000000ull)
 bool table_reclaim_behind(struct shard *s);
 int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		uint32_t *index);

@@ -435,7 +435,8 @@ static bool reserve(struct kairos *k)
 
 /*
  * How long one arm may wait for a shard that is SHARD_POST_LIMIT posts
- * behind, or whose records the reclaimer is RECLAIM_LIMIT behind on.
+ * behind, or whose records the reclaimer is behind on
+ * (table_reclaim_behind()).
  * Bounded, so that no arm can wait forever (say, on a shard whose inline
  * callback is blocked on a lock the arming thread holds): past it the arm
  * goes ahead, and the backlog grows by at most one post (or one bundle of

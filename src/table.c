@@ -534,14 +534,21 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 }
 
 /*
- * Whether the next bundle taken from @s would grow its pool while the
- * reclaimer holds RECLAIM_LIMIT or more of its records: none is free now.
+ * Whether the next bundle taken from @s would grow its pool (none is free
+ * now) while the reclaimer is behind on its records: RECLAIM_LIMIT or more
+ * held in a pass that has lasted RECLAIM_SLOW_NS, or RECLAIM_LIMIT_HARD
+ * (internal.h says why).  The clock is read only past the counts.
  */
 bool table_reclaim_behind(struct shard *s)
 {
 	/* seq_cst: pairs with reclaim_shard()'s, for a held-back arm (kairos.c). */
-	return atomic_load_explicit(&s->retired_n, memory_order_seq_cst) >= RECLAIM_LIMIT &&
-	       !atomic_load_explicit(&s->free_head, memory_order_relaxed);
+	uint64_t n = atomic_load_explicit(&s->retired_n, memory_order_seq_cst);
+
+	return n >= RECLAIM_LIMIT && !atomic_load_explicit(&s->free_head, memory_order_relaxed) &&
+	       (n >= RECLAIM_LIMIT_HARD ||
+		clock_now_ns(CLOCK_MONOTONIC) -
+				atomic_load_explicit(&s->k->reclaim_begun, memory_order_relaxed) >=
+			RECLAIM_SLOW_NS);
 }
 
 /*
@@ -564,6 +571,9 @@ static bool reclaim_pass(struct kairos *k)
 	}
 	if (!any)
 		return false;
+	/* Relaxed: a held-back arm only compares it with its own clock read. */
+	atomic_store_explicit(&k->reclaim_begun, clock_now_ns(CLOCK_MONOTONIC),
+			      memory_order_relaxed);
 	/*
 	 * No reader that could still see these records survives this, and no
 	 * thread that read a pool's head before these blocks were taken is
@@ -631,6 +641,9 @@ int table_reclaimer_start(struct kairos *k)
 {
 	if (fault_hit())
 		return -EAGAIN;
+	/* As if a pass began now: no arm waits before the first one. */
+	atomic_store_explicit(&k->reclaim_begun, clock_now_ns(CLOCK_MONOTONIC),
+			      memory_order_relaxed);
 	return -thread_start(&k->reclaimer, reclaimer_main, k);
 }
 

@@ -492,6 +492,45 @@ START_TEST(test_lifecycle_many_posters_flat_rss)
 }
 END_TEST
 
+/*
+ * When an arm that would grow the pool waits for the reclaimer: with
+ * RECLAIM_LIMIT records in its hands and none free, only once its pass has
+ * lasted RECLAIM_SLOW_NS; with RECLAIM_LIMIT_HARD, at once.  Below the
+ * limit, or with a record free, never.  The counts are set by hand on a
+ * quiet service (nothing retires, so the reclaimer does not touch them).
+ */
+START_TEST(test_lifecycle_reclaim_behind_rule)
+{
+	static struct t_timer one;
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	struct shard *s = k->shards[0];
+	struct rec *saved;
+
+	/* The first arm makes the shard's pool: this thread takes a bundle, the rest stay free. */
+	ck_assert_int_eq(t_arm(k, &tt, &one, 3600 * T_SEC), 0);
+	saved = atomic_exchange(&s->free_head, NULL);
+	ck_assert_ptr_nonnull(saved);
+	ck_assert_uint_eq(atomic_load(&s->retired_n), 0);
+	ck_assert(!table_reclaim_behind(s));
+	atomic_fetch_add(&s->retired_n, RECLAIM_LIMIT - 1);
+	atomic_store(&k->reclaim_begun, t_mono() - RECLAIM_SLOW_NS - T_MS);
+	ck_assert(!table_reclaim_behind(s));		/* under the limit */
+	atomic_fetch_add(&s->retired_n, 1);
+	ck_assert(table_reclaim_behind(s));		/* a pass slow for that long */
+	atomic_store(&k->reclaim_begun, t_mono());
+	ck_assert(!table_reclaim_behind(s));		/* a young pass */
+	atomic_fetch_add(&s->retired_n, RECLAIM_LIMIT_HARD - RECLAIM_LIMIT);
+	ck_assert(table_reclaim_behind(s));		/* too many, however young */
+	atomic_store(&s->free_head, saved);
+	ck_assert(!table_reclaim_behind(s));		/* a record free */
+	atomic_fetch_sub(&s->retired_n, RECLAIM_LIMIT_HARD);
+	ck_assert_int_eq(t_cancel(k, &tt, &one), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* Which descriptors are open, as a bitmap of the first 1024. */
 static void t_open_fds(unsigned char *map)
 {
@@ -1165,6 +1204,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_one_shard_32_threads);
 	tcase_add_test(tc, test_lifecycle_arm_cancel_flat_rss);
 	tcase_add_test(tc, test_lifecycle_many_posters_flat_rss);
+	tcase_add_test(tc, test_lifecycle_reclaim_behind_rule);
 	tcase_add_test(tc, test_lifecycle_fork_exec);
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);
