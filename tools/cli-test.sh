@@ -94,13 +94,17 @@ scale)
 	echo "$out" | grep -v '^#'
 	for t in 1 2; do
 		row=$(echo "$out" | grep -E "^$t +[0-9]") || fail "no row for T=$t"
-		# The last field: the busiest shard's CPU and the mean, "max%/ mean%".
-		cpu=$(echo "$row" | sed -E 's/.* ([0-9]+)%\/ *([0-9]+)%$/\1 \2/')
+		# The busiest shard's CPU and the mean, "max%/ mean%", then the floor's two fields.
+		cpu=$(echo "$row" | sed -E 's/.* ([0-9]+)%\/ *([0-9]+)% .*/\1 \2/')
 		read -r max mean <<<"$cpu"
 		[[ "$max" =~ ^[0-9]+$ && "$mean" =~ ^[0-9]+$ ]] || fail "T=$t: no shard CPU in '$row'"
 		# Calls post to a shard, so some shard thread worked; none beyond the wall.
 		[ "$max" -ge 1 ] && [ "$max" -le 105 ] && [ "$mean" -le "$max" ] ||
 			fail "T=$t: shard CPU $max%/$mean% out of range"
+		# The floor: a rate, and its ratio to its own T=1 (1.00x there).
+		echo "$row" | grep -Eq ' [0-9]+\.[0-9]{3} +[0-9]+\.[0-9]{2}x$' ||
+			fail "T=$t: no floor in '$row'"
+		[ "$t" != 1 ] || echo "$row" | grep -Eq ' 1\.00x$' || fail "T=1: floor not 1.00x: '$row'"
 	done ;;
 *)
 	sed -n '4,14p' "$0" >&2

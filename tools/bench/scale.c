@@ -16,9 +16,11 @@
  * U[1, 1000] ms (always later: a push earlier is another kairos path), one
  * in three a cancel and the slot's re-arm, so T * P stay pending.  Every
  * call reads CLOCK_MONOTONIC, the heap's outside its lock.  calls/s is all
- * threads' calls over the wall time to the last thread's stop; the two take
- * turns going first.  Every call is checked, and each measurement ends with
- * all T * P still pending and none fired.
+ * threads' calls over the wall time to the last thread's stop.  Beside
+ * them, the floor: the same calls on private records with no timer behind
+ * them, which says how far this machine lets T threads scale on that much
+ * memory.  The three take turns going first.  Every call is checked, and
+ * each measurement ends with all T * P still pending and none fired.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -446,8 +448,82 @@ static const struct sc_impl sc_heap = {
 	.stop = sh_stop,
 };
 
+/* ------------------------------------------------------------------------
+ * The machine's floor: the same calls on private memory, no timer at all.
+ * Each slot is a 64-byte record of its thread's own, as a kairos record
+ * is; an arm or a push reads CLOCK_MONOTONIC and CASes the deadline into
+ * it, a cancel CASes it to 0.  What this loses from T=1 to T is what the
+ * CPUs and caches lose with T threads on records of that size; no timer
+ * service can scale past it on the same machine.
+ */
+
+struct sf_rec {
+	_Atomic uint64_t deadline;	/* 0: not pending */
+	char pad[BENCH_ALIGN - sizeof(uint64_t)];
+};
+
+static struct sf_rec *sf_recs;
+static size_t sf_slots;
+
+static void sf_start(const struct sc_opts *o, size_t slots)
+{
+	(void)o;
+	sf_recs = bench_alloc(slots * sizeof(*sf_recs));
+	memset(sf_recs, 0, slots * sizeof(*sf_recs));
+	sf_slots = slots;
+}
+
+/* One CAS of @slot's record from what it holds to @to; dies if it was not @pending. */
+static void sf_cas(struct sc_thread *t, uint32_t slot, uint64_t to, bool pending)
+{
+	struct sf_rec *r = &sf_recs[t->base + slot];
+	uint64_t was = atomic_load_explicit(&r->deadline, memory_order_relaxed);
+
+	if ((was != 0) != pending ||
+	    !atomic_compare_exchange_strong_explicit(&r->deadline, &was, to,
+						     memory_order_acq_rel, memory_order_relaxed))
+		bench_die("floor: slot %" PRIu32 " was %s", t->base + slot,
+			  pending ? "not pending" : "pending");
+}
+
+static void sf_arm(struct sc_thread *t, uint32_t slot, uint64_t delay_ns)
+{
+	sf_cas(t, slot, bench_now_ns() + delay_ns, false);
+}
+
+static void sf_cancel(struct sc_thread *t, uint32_t slot)
+{
+	sf_cas(t, slot, 0, true);
+}
+
+static void sf_push(struct sc_thread *t, uint32_t slot, uint64_t delay_ns)
+{
+	sf_cas(t, slot, bench_now_ns() + delay_ns, true);
+}
+
+static void sf_stop(size_t pending)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < sf_slots; i++)
+		n += atomic_load_explicit(&sf_recs[i].deadline, memory_order_relaxed) != 0;
+	if (n != pending)
+		bench_die("floor: %zu records pending at the end, %zu expected", n, pending);
+	free(sf_recs);
+	sf_recs = NULL;
+}
+
+static const struct sc_impl sc_floor = {
+	.name = "floor",
+	.start = sf_start,
+	.arm = sf_arm,
+	.cancel = sf_cancel,
+	.push = sf_push,
+	.stop = sf_stop,
+};
+
 /* Column order; kairos first: the ratios are kairos over the heap. */
-static const struct sc_impl *const sc_impls[] = { &sc_kairos, &sc_heap };
+static const struct sc_impl *const sc_impls[] = { &sc_kairos, &sc_heap, &sc_floor };
 
 #define SC_NIMPL	(sizeof(sc_impls) / sizeof(sc_impls[0]))
 
@@ -642,7 +718,11 @@ static void sc_print_legend(const struct sc_opts *o)
 	printf("#   same column's T=1; kairos/heap: at the same T; shard CPU: each kairos shard "
 	       "thread's CPU time over the same wall time,\n");
 	printf("#   the busiest one's and the mean (100%%: a shard thread never slept).  Medians "
-	       "over the runs; the two take turns going first.\n\n");
+	       "over the runs; the three take turns going first.\n");
+	printf("# floor: the same calls on private 64-byte records, one per slot, no timers: an "
+	       "arm or push reads CLOCK_MONOTONIC and CASes the record,\n");
+	printf("#   a cancel CASes it; its x T=1 is what this machine's CPUs and caches allow "
+	       "T threads on that much memory\n\n");
 }
 
 /* The index of the first @nt in the thread list, or -1. */
@@ -674,7 +754,7 @@ static void sc_print_goal(const struct sc_opts *o, double (*med)[SC_MAX_TLIST])
 	       heap >= SC_GOAL_HEAP ? "met" : "missed", met ? "met" : "missed");
 	if (cpus != SC_GOAL_CPUS)
 		printf(" (but this machine has %ld CPUs online)", cpus);
-	printf("\n");
+	printf("; the floor's own: %.2fx its T=1\n", med[2][four] / med[2][one]);
 }
 
 static void sc_run(const struct sc_opts *o)
@@ -735,9 +815,9 @@ static void sc_run(const struct sc_opts *o)
 	printf("kairos-bench scale: P=%" PRIu64 " timers per thread, shards=%u, %.1f s per "
 	       "measurement, runs=%u, seed=%" PRIu64 " (medians)\n", o->per_thread, o->shards,
 	       o->seconds, o->b.runs, o->b.seed);
-	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s  %18s\n", "threads", "kairos Mcalls/s",
-	       "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1", "kairos/heap",
-	       "shard CPU max/mean");
+	printf("%-7s  %15s %10s %7s  %15s %10s %7s  %11s  %18s  %15s %7s\n", "threads",
+	       "kairos Mcalls/s", "per thread", "x T=1", "heap Mcalls/s", "per thread", "x T=1",
+	       "kairos/heap", "shard CPU max/mean", "floor Mcalls/s", "x T=1");
 	for (unsigned int ti = 0; ti < o->nthreads; ti++) {
 		unsigned int nt = o->threads[ti];
 		char self[SC_NIMPL][16], cpu[24];
@@ -753,9 +833,10 @@ static void sc_run(const struct sc_opts *o)
 		else
 			snprintf(cpu, sizeof(cpu), "%.0f%%/%3.0f%%", busy_med[ti][0] * 100,
 				 busy_med[ti][1] * 100);
-		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx  %18s\n", nt,
-		       med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
-		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti], cpu);
+		printf("%-7u  %15.3f %10.3f %7s  %15.3f %10.3f %7s  %10.2fx  %18s  %15.3f %7s\n",
+		       nt, med[0][ti] / 1e6, med[0][ti] / 1e6 / nt, self[0], med[1][ti] / 1e6,
+		       med[1][ti] / 1e6 / nt, self[1], med[0][ti] / med[1][ti], cpu,
+		       med[2][ti] / 1e6, self[2]);
 	}
 	printf("locked heap: %" PRIu64 " timerfd_settime() calls (arming included) over %"
 	       PRIu64 " calls, all its measurements: its minimum rarely moves\n",
