@@ -32,9 +32,8 @@
  * a block when it is full, when the thread moves to another shard or leaves
  * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
  * never touches the block again; once the shard has filed all of it, the
- * block goes to the reclaimer and, past its next grace period, to the
- * shard's pool, for a thread to open again (arrival_get() says why the
- * wait).  Blocks are freed with their shard.
+ * block goes to the shard's pool, for a thread to open again, one block at
+ * a time (arrival_get()).  Blocks are freed with their shard.
  *
  * Telling the shard
  * -----------------
@@ -113,50 +112,121 @@ void arrival_close(struct tstate *t)
 }
 
 /*
- * Pushes the chain @first..@last on the stack @head; returns the head it
- * replaced.  seq_cst, which a block's opening needs (see "Telling the
- * shard").  The link is atomic: a popper may read it meanwhile (below).
+ * Pushes @first on the stack @head (seq_cst, which a block's opening needs:
+ * see "Telling the shard").
  */
-static struct arrival *arrival_push(_Atomic(struct arrival *) *head, struct arrival *first,
-				    struct arrival *last)
+static void arrival_push(_Atomic(struct arrival *) *head, struct arrival *first)
 {
 	struct arrival *old = atomic_load_explicit(head, memory_order_relaxed);
 
 	do {
-		__atomic_store_n(&last->next, old, __ATOMIC_RELAXED);
+		first->next = old;
 	} while (!atomic_compare_exchange_weak_explicit(head, &old, first, memory_order_seq_cst,
 							memory_order_relaxed));
-	return old;
+}
+
+/* Block number @no of @s (made and pooled: its page exists). */
+static struct arrival *arrival_by_no(struct shard *s, uint32_t no)
+{
+	struct arrival **page = atomic_load_explicit(&s->arr_dir[no >> ARRIVAL_PAGE_BITS],
+						     memory_order_acquire);
+
+	return __atomic_load_n(&page[no & (ARRIVAL_PAGE - 1)], __ATOMIC_RELAXED);
+}
+
+/*
+ * The pool's head: the top block's number + 1 (0: empty) in the low half,
+ * and in the high half a count that every push and pop moves on.  A popper
+ * that read the head, and the link of the block it names, installs that
+ * link only if no push or pop came between: a block popped by another
+ * thread meanwhile, opened, filled, filed and pooled again, is back at the
+ * top with a different count, so the stale link is never installed (the
+ * count would have to go round 2^32 times in between).
+ */
+static uint64_t pool_head(uint64_t old, uint32_t top)
+{
+	return ((old >> 32) + 1) << 32 | top;
+}
+
+/* The shard puts @b, read to the end, on @s's pool. */
+static void arrival_pool(struct shard *s, struct arrival *b)
+{
+	uint64_t old = atomic_load_explicit(&s->arr_pool, memory_order_relaxed);
+
+	do {
+		/* Atomic: a popper may read it meanwhile, and then fail its CAS. */
+		atomic_store_explicit(&b->pool_next, (uint32_t)old, memory_order_relaxed);
+		/* Release: the shard is done with the block before a thread takes it. */
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_pool, &old,
+							pool_head(old, b->no + 1),
+							memory_order_release,
+							memory_order_relaxed));
+}
+
+/*
+ * Numbers the new block @b of @s, making the page of numbers it falls in
+ * if it is the first there (a CAS: the loser frees its page).  False when
+ * @s has numbered all it can, or a page cannot be made.
+ */
+static bool arrival_number(struct shard *s, struct arrival *b)
+{
+	uint32_t no = atomic_fetch_add_explicit(&s->arr_made, 1, memory_order_relaxed);
+	_Atomic(struct arrival **) *slot;
+	struct arrival **page, **none = NULL;
+
+	if (no >= ARRIVAL_DIR * ARRIVAL_PAGE)
+		return false;
+	slot = &s->arr_dir[no >> ARRIVAL_PAGE_BITS];
+	page = atomic_load_explicit(slot, memory_order_acquire);
+	if (!page) {
+		page = fault_calloc(ARRIVAL_PAGE, sizeof(*page));
+		if (!page)
+			return false;
+		/* Release and acquire: the page's zeroes before its pointer. */
+		if (!atomic_compare_exchange_strong_explicit(slot, &none, page,
+							     memory_order_acq_rel,
+							     memory_order_acquire)) {
+			free(page);
+			page = none;
+		}
+	}
+	b->no = no;
+	/* Published with the block: a thread pops it only after the shard pooled it. */
+	__atomic_store_n(&page[no & (ARRIVAL_PAGE - 1)], b, __ATOMIC_RELAXED);
+	return true;
 }
 
 /*
  * A block for @t to open on @s: one popped off the shard's pool, else a new
- * one.  Call inside a read-side section, which makes the pop safe from ABA:
- * a block popped by another thread after this one read the head comes back
- * to the pool only past a grace period (arrivals_pool()), which waits for
- * this section, so the CAS below fails rather than install a stale link.
- * One block at a time, so that no thread holds more than the one it
- * writes: taking the pool whole let a thread keep tens of thousands that
- * the others then made anew.  Blocks are never freed before their shard:
- * reusing them spares the allocator's lock, which a shard freeing what
- * threads allocate made them wait on.
+ * one.  One at a time, so that no thread holds more than the one it writes:
+ * taking the pool whole let one of many threads keep tens of thousands of
+ * blocks while the others made new ones.  Blocks are never freed before
+ * their shard (a popper may read the link of one another thread took):
+ * reusing them also spares the allocator's lock, which a shard freeing
+ * what threads allocate made them wait on.
  */
 static struct arrival *arrival_get(struct shard *s)
 {
-	/* Acquire pairs with the reclaimer's push: the shard was done with them. */
-	struct arrival *b = atomic_load_explicit(&s->arr_pool, memory_order_acquire), *old;
+	/* Acquire pairs with the shard's push: it was done with the block. */
+	uint64_t head = atomic_load_explicit(&s->arr_pool, memory_order_acquire);
+	struct arrival *b, *old;
 
-	while (b && !atomic_compare_exchange_weak_explicit(&s->arr_pool, &b,
-							   __atomic_load_n(&b->next,
-									   __ATOMIC_RELAXED),
-							   memory_order_acquire,
-							   memory_order_acquire))
-		;
-	if (b)
-		return b;
+	while ((uint32_t)head) {
+		b = arrival_by_no(s, (uint32_t)head - 1);
+		if (atomic_compare_exchange_weak_explicit(
+			    &s->arr_pool, &head,
+			    pool_head(head, atomic_load_explicit(&b->pool_next,
+								 memory_order_relaxed)),
+			    memory_order_acquire, memory_order_acquire))
+			return b;
+	}
 	b = fault_hit() ? NULL : malloc(sizeof(*b));
 	if (!b)
 		return NULL;
+	if (!arrival_number(s, b)) {
+		free(b);
+		return NULL;
+	}
 	old = atomic_load_explicit(&s->arr_all, memory_order_relaxed);
 	do {
 		b->all_next = old;
@@ -188,7 +258,7 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	b->seen_at = 0;
 	b->base = fire > ARRIVAL_SPAN / 2 ? fire - ARRIVAL_SPAN / 2 : 0;
 	t->arr_base = b->base;
-	arrival_push(&s->arr_new, b, b);
+	arrival_push(&s->arr_new, b);
 	t->arr = b;
 	t->arr_n = 0;
 	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
@@ -355,8 +425,7 @@ void arrivals_take(struct shard *s)
 		while (b) {
 			struct arrival *next = b->next;
 
-			/* Atomic, as every store to a link: a stale popper may read it. */
-			__atomic_store_n(&b->next, s->arr_open, __ATOMIC_RELAXED);
+			b->next = s->arr_open;
 			b->seen_at = s->wheel.curr;
 			s->arr_open = b;
 			b = next;
@@ -374,10 +443,8 @@ void arrivals_take(struct shard *s)
 		for (; b->taken < n; b->taken++)
 			arrival_file(s, b, &b->e[b->taken]);
 		if (pub & ARRIVAL_CLOSED) {
-			__atomic_store_n(pp, b->next, __ATOMIC_RELAXED);
-			/* The first block of a batch wakes the reclaimer; later ones ride along. */
-			if (!arrival_push(&s->arr_cool, b, b))
-				table_kick(s->k);
+			*pp = b->next;
+			arrival_pool(s, b);
 			continue;
 		}
 		if (arrival_lazy && !atomic_load_explicit(&b->dormant, memory_order_relaxed) &&
@@ -435,35 +502,10 @@ void arrivals_free(struct shard *s)
 		free(b);
 		b = next;
 	}
+	for (unsigned i = 0; i < ARRIVAL_DIR; i++)
+		free(atomic_exchange_explicit(&s->arr_dir[i], NULL, memory_order_relaxed));
+	atomic_store_explicit(&s->arr_made, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->arr_new, NULL, memory_order_relaxed);
-	atomic_store_explicit(&s->arr_cool, NULL, memory_order_relaxed);
-	atomic_store_explicit(&s->arr_pool, NULL, memory_order_relaxed);
+	atomic_store_explicit(&s->arr_pool, 0, memory_order_relaxed);
 	s->arr_open = NULL;
-}
-
-/*
- * arrivals_cool_take - the blocks @s has read to the end since the last
- * call, for the reclaimer to pool past its next grace period.
- */
-struct arrival *arrivals_cool_take(struct shard *s)
-{
-	if (!atomic_load_explicit(&s->arr_cool, memory_order_relaxed))
-		return NULL;
-	/* Acquire pairs with the shard's push: it is done with them. */
-	return atomic_exchange_explicit(&s->arr_cool, NULL, memory_order_acquire);
-}
-
-/*
- * arrivals_pool - puts @cooled (from arrivals_cool_take(), a grace period
- * ago) on @s's pool, for threads to open again.  The reclaimer.
- */
-void arrivals_pool(struct shard *s, struct arrival *cooled)
-{
-	struct arrival *last = cooled;
-
-	if (!cooled)
-		return;
-	while (last->next)
-		last = last->next;
-	(void)arrival_push(&s->arr_pool, cooled, last);
 }

@@ -492,6 +492,15 @@ struct shard_stats {
 	_Atomic uint64_t timer_sets;
 };
 
+/*
+ * Arrival blocks a shard can number (arrival.c): ARRIVAL_DIR pages of
+ * ARRIVAL_PAGE pointers, made as blocks are, 1,048,576 blocks (64 Mi far
+ * arms in flight to one shard).  Past that an arm posts its record.
+ */
+#define ARRIVAL_PAGE_BITS	12
+#define ARRIVAL_PAGE		(1u << ARRIVAL_PAGE_BITS)
+#define ARRIVAL_DIR		256u
+
 struct shard {
 	/* Written by every poster: its own cache lines. */
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
@@ -499,15 +508,17 @@ struct shard {
 	/* Arrival blocks opened since the shard last looked (arrival.c), once per ARRIVAL_N arms. */
 	_Atomic(struct arrival *) arr_new;
 	/*
-	 * Blocks the shard has read to the end, on their way to the reclaimer
-	 * (pushed by the shard, taken whole by the reclaimer); blocks past a
-	 * grace period since, for threads to open again (pushed by the
-	 * reclaimer, popped one at a time: arrival.c); and every block ever
-	 * made for this shard, freed with it.
+	 * Blocks the shard has read to the end, for threads to open again:
+	 * a stack pushed by the shard and popped one block at a time by the
+	 * threads, its head the top block's number + 1 (0: empty) with a count
+	 * of its changes in the high half, which makes the pop safe from ABA
+	 * (arrival.c).  Every block ever made for this shard is on arr_all,
+	 * freed with it, and found by its number in arr_dir.
 	 */
-	_Atomic(struct arrival *) arr_cool;
-	_Atomic(struct arrival *) arr_pool;
+	_Atomic uint64_t arr_pool;
 	_Atomic(struct arrival *) arr_all;
+	_Atomic uint32_t arr_made;		/* blocks numbered so far */
+	_Atomic(struct arrival **) arr_dir[ARRIVAL_DIR];
 	/*
 	 * Written by the shard (twice a pass) and read by every poster: a line
 	 * of its own, so that posters' writes above do not take it away.
@@ -1003,8 +1014,10 @@ struct arrival {
 	/* The shard's, on a line of their own (and @next, the opener's first). */
 	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
 	uint64_t seen_at;		/* the tick at which it last found a new entry */
-	struct arrival *next;		/* on arr_new, arr_open, arr_cool, then arr_pool */
+	struct arrival *next;		/* on arr_new, then on arr_open */
 	struct arrival *all_next;	/* on arr_all, for good */
+	uint32_t no;			/* its number in its shard's arr_dir */
+	_Atomic uint32_t pool_next;	/* on arr_pool: the next block's number + 1, or 0 */
 };
 
 #define ARRIVAL_CLOSED	(UINT32_C(1) << 31)
@@ -1025,8 +1038,6 @@ bool arrivals_polling(struct shard *s);
 void arrivals_take(struct shard *s);
 bool arrivals_waiting(struct shard *s);
 void arrivals_free(struct shard *s);
-struct arrival *arrivals_cool_take(struct shard *s);
-void arrivals_pool(struct shard *s, struct arrival *cooled);
 void arrival_ops_init(struct shard *s);
 
 /*

@@ -558,7 +558,6 @@ bool table_reclaim_behind(struct shard *s)
 static bool reclaim_pass(struct kairos *k)
 {
 	struct rec *taken[MAX_SHARDS];
-	struct arrival *cooled[MAX_SHARDS];
 	struct key_node *garbage = key_garbage_take(k);
 	bool any = garbage != NULL;
 
@@ -566,25 +565,18 @@ static bool reclaim_pass(struct kairos *k)
 		/* Acquire pairs with table_retire()'s release. */
 		taken[i] = atomic_exchange_explicit(&k->shards[i]->retired, NULL,
 						    memory_order_acquire);
-		cooled[i] = arrivals_cool_take(k->shards[i]);
-		any |= taken[i] != NULL || cooled[i] != NULL;
+		any |= taken[i] != NULL;
 	}
 	if (!any)
 		return false;
 	/* Relaxed: a held-back arm only compares it with its own clock read. */
 	atomic_store_explicit(&k->reclaim_begun, clock_now_ns(CLOCK_MONOTONIC),
 			      memory_order_relaxed);
-	/*
-	 * No reader that could still see these records survives this, and no
-	 * thread that read a pool's head before these blocks were taken is
-	 * still popping (arrival.c).
-	 */
+	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
-	for (unsigned i = 0; i < k->nshards; i++) {
+	for (unsigned i = 0; i < k->nshards; i++)
 		if (taken[i])
 			reclaim_shard(k->shards[i], taken[i]);
-		arrivals_pool(k->shards[i], cooled[i]);
-	}
 	key_garbage_free(garbage);
 	/* Arms held back for a reclaimer that was behind look again (kairos.c). */
 	if (atomic_load_explicit(&k->ev_waiters, memory_order_seq_cst))

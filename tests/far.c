@@ -330,7 +330,7 @@ START_TEST(test_far_fenced)
 }
 END_TEST
 
-/* How many blocks are on @head's stack (or, with @all, ever made for the shard). */
+/* How many blocks are on @s's pool (or, with @all, were ever made for it). */
 static unsigned f_blocks(struct shard *s, bool all)
 {
 	unsigned n = 0;
@@ -339,9 +339,14 @@ static unsigned f_blocks(struct shard *s, bool all)
 		for (struct arrival *b = atomic_load(&s->arr_all); b; b = b->all_next)
 			n++;
 	else
-		for (struct arrival *b = atomic_load(&s->arr_pool); b;
-		     b = __atomic_load_n(&b->next, __ATOMIC_ACQUIRE))
-			n++;
+		for (uint32_t no = (uint32_t)atomic_load(&s->arr_pool); no; n++) {
+			struct arrival **page = atomic_load(&s->arr_dir[(no - 1) >>
+								       ARRIVAL_PAGE_BITS]);
+			struct arrival *b = __atomic_load_n(&page[(no - 1) & (ARRIVAL_PAGE - 1)],
+							    __ATOMIC_ACQUIRE);
+
+			no = atomic_load(&b->pool_next);
+		}
 	return n;
 }
 

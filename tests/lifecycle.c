@@ -423,9 +423,14 @@ END_TEST
  * grew by tens of MB a second.  Posters now wait once they are far ahead,
  * and memory levels off.  Their timers are filed by value and their
  * cancels kept (no post at all), so what bounds them here is the other
- * wait: an arm that would grow the pool while the reclaimer holds
- * RECLAIM_LIMIT of its records waits for it (without it: 21-28 MB in 2 s
- * on an idle 2-CPU machine, 145 MB beside other tests; with it: 5-7 MB).
+ * wait: an arm that would grow the pool while the reclaimer is behind on
+ * its records waits for it (table_reclaim_behind(); without it: 21-28 MB
+ * in 2 s on an idle 2-CPU machine, 145 MB beside other tests).  Their
+ * arrival blocks are bounded too: a thread takes one at a time from its
+ * shard's pool (arrival.c); when each took the pool whole, the blocks grew
+ * 5-10 MB a second here without end.  With both, a driver doing the same
+ * grew 20 KiB in 5 s after its first second on an idle machine, and 12-15
+ * MB in 5 s beside two busy loops.
  */
 struct t_poster {
 	struct kairos *k;
