@@ -350,17 +350,33 @@ static unsigned f_blocks(struct shard *s, bool all)
 	return n;
 }
 
-enum { F_POOL_BLOCKS = 32 };
-static struct t_timer f_pool_a[F_POOL_BLOCKS * ARRIVAL_N], f_pool_b[F_POOL_BLOCKS * ARRIVAL_N];
-static struct t_timer f_pool_a2[ARRIVAL_N + 1];
+enum { F_POOL_THREADS = 8 };
+static struct t_timer f_pool_t[F_POOL_THREADS][ARRIVAL_N / 2];
+static struct t_timer f_pool_b[(F_POOL_THREADS - 1) * ARRIVAL_N], f_pool_a;
 static struct kairos *f_pool_k;
+static pthread_barrier_t f_pool_armed, f_pool_go;
 
+/* Opens a block of its own with half a block of far timers, then leaves it. */
+static void *f_pool_opener(void *arg)
+{
+	struct t_timer *tm = arg;
+
+	for (unsigned i = 0; i < ARRIVAL_N / 2; i++)
+		ck_assert_int_eq(t_arm(f_pool_k, &tt, &tm[i], 3600 * T_SEC), 0);
+	pthread_barrier_wait(&f_pool_armed);
+	pthread_barrier_wait(&f_pool_go);
+	for (unsigned i = 0; i < ARRIVAL_N / 2; i++)
+		ck_assert_int_eq(t_cancel(f_pool_k, &tt, &tm[i]), 0);
+	return NULL;
+}
+
+/* Fills as many blocks as the pool holds. */
 static void *f_pool_second(void *arg)
 {
 	(void)arg;
-	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+	for (unsigned i = 0; i < (F_POOL_THREADS - 1) * ARRIVAL_N; i++)
 		ck_assert_int_eq(t_arm(f_pool_k, &tt, &f_pool_b[i], 3600 * T_SEC), 0);
-	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
+	for (unsigned i = 0; i < (F_POOL_THREADS - 1) * ARRIVAL_N; i++)
 		ck_assert_int_eq(t_cancel(f_pool_k, &tt, &f_pool_b[i]), 0);
 	return NULL;
 }
@@ -369,45 +385,40 @@ START_TEST(test_far_blocks_shared)
 {
 	struct kairos *k = f_pool_k = f_create(1);
 	struct shard *s = k->shards[0];
-	unsigned made, pooled;
-	pthread_t th;
+	pthread_t th[F_POOL_THREADS];
 
 	/*
-	 * The blocks a thread leaves go back to its shard's pool for any
-	 * thread to open, one at a time: a thread that opens one block does
-	 * not take the others with it.  Here this thread fills 32 blocks
-	 * (fewer are made if some come back while it arms) and leaves all but
-	 * the last, which stays open until its next arm; once they are pooled
-	 * it opens two more, and a second thread then needs 32: it takes what
-	 * is left in the pool and makes the rest, 35 blocks in all at most.
-	 * A thread that took the pool whole would have left the second thread
-	 * to make nearly all of its 32.
+	 * The blocks threads leave go back to their shard's pool for any
+	 * thread to open, one at a time: a thread that opens one does not
+	 * take the others with it.  8 threads each open a block (none can
+	 * reuse another's while all are open) and leave it as they exit; once
+	 * the shard has pooled the 8, this thread opens one, and 7 stay in
+	 * the pool.  A second thread then fills 7 blocks and makes none.  A
+	 * thread that took the pool whole would have left the second thread
+	 * to make its own.
 	 */
-	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
-		ck_assert_int_eq(t_arm(k, &tt, &f_pool_a[i], 3600 * T_SEC), 0);
-	for (unsigned i = 0; i < F_POOL_BLOCKS * ARRIVAL_N; i++)
-		ck_assert_int_eq(t_cancel(k, &tt, &f_pool_a[i]), 0);
-	made = f_blocks(s, true);
-	ck_assert_uint_le(made, F_POOL_BLOCKS);
-	for (int i = 0; i < 500 && f_blocks(s, false) < made - 1; i++)
+	ck_assert_int_eq(pthread_barrier_init(&f_pool_armed, NULL, F_POOL_THREADS + 1), 0);
+	ck_assert_int_eq(pthread_barrier_init(&f_pool_go, NULL, F_POOL_THREADS + 1), 0);
+	for (int i = 0; i < F_POOL_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, f_pool_opener, f_pool_t[i]), 0);
+	pthread_barrier_wait(&f_pool_armed);
+	ck_assert_uint_eq(f_blocks(s, true), F_POOL_THREADS);
+	pthread_barrier_wait(&f_pool_go);
+	for (int i = 0; i < F_POOL_THREADS; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	for (int i = 0; i < 500 && f_blocks(s, false) < F_POOL_THREADS; i++)
 		t_sleep_ms(10);
-	ck_assert_uint_eq(f_blocks(s, false), made - 1);
-	for (unsigned i = 0; i < ARRIVAL_N + 1; i++)
-		ck_assert_int_eq(t_arm(k, &tt, &f_pool_a2[i], 3600 * T_SEC), 0);
-	ck_assert_uint_eq(f_blocks(s, true), made);
-	/* Two taken; the block it left may be back already. */
-	pooled = f_blocks(s, false);
-	ck_assert_msg(pooled + 3 == made || pooled + 2 == made, "%u of %u blocks pooled", pooled,
-		      made);
-	ck_assert_int_eq(pthread_create(&th, NULL, f_pool_second, NULL), 0);
-	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	made = f_blocks(s, true);
-	ck_assert_msg(made <= F_POOL_BLOCKS + 3, "%u blocks made, at most %u expected", made,
-		      F_POOL_BLOCKS + 3);
-	for (unsigned i = 0; i < ARRIVAL_N + 1; i++)
-		ck_assert_int_eq(t_cancel(k, &tt, &f_pool_a2[i]), 0);
+	ck_assert_uint_eq(f_blocks(s, false), F_POOL_THREADS);
+	ck_assert_int_eq(t_arm(k, &tt, &f_pool_a, 3600 * T_SEC), 0);
+	ck_assert_uint_eq(f_blocks(s, false), F_POOL_THREADS - 1);
+	ck_assert_int_eq(pthread_create(&th[0], NULL, f_pool_second, NULL), 0);
+	ck_assert_int_eq(pthread_join(th[0], NULL), 0);
+	ck_assert_uint_eq(f_blocks(s, true), F_POOL_THREADS);
+	ck_assert_int_eq(t_cancel(k, &tt, &f_pool_a), 0);
 	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(pthread_barrier_destroy(&f_pool_armed), 0);
+	ck_assert_int_eq(pthread_barrier_destroy(&f_pool_go), 0);
 }
 END_TEST
 
