@@ -170,10 +170,18 @@ static void arrival_pool(struct shard *s, struct arrival *b)
  */
 static bool arrival_number(struct shard *s, struct arrival *b)
 {
-	uint32_t no = atomic_fetch_add_explicit(&s->arr_made, 1, memory_order_relaxed);
 	_Atomic(struct arrival **) *slot;
 	struct arrival **page, **none = NULL;
+	uint32_t no;
 
+	/*
+	 * Looked at before the count moves, so that a shard out of numbers,
+	 * asked again by every far arm, never takes its count round to 0: it
+	 * overshoots by at most one per thread.
+	 */
+	if (atomic_load_explicit(&s->arr_made, memory_order_relaxed) >= ARRIVAL_DIR * ARRIVAL_PAGE)
+		return false;
+	no = atomic_fetch_add_explicit(&s->arr_made, 1, memory_order_relaxed);
 	if (no >= ARRIVAL_DIR * ARRIVAL_PAGE)
 		return false;
 	slot = &s->arr_dir[no >> ARRIVAL_PAGE_BITS];

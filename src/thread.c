@@ -88,8 +88,8 @@ static void ts_unlink(struct kairos *k, struct tstate *t)
 
 /*
  * Hands back what @t holds of its shard: its free records go back through
- * the reclaimer, and its arrival block is left to the shard, which hands
- * it on to be pooled once it has filed what is on it.
+ * the reclaimer, and its arrival block is left to the shard, which pools
+ * it once it has filed what is on it.
  */
 static void ts_hand_back(struct kairos *k, struct tstate *t)
 {

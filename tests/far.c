@@ -422,6 +422,38 @@ START_TEST(test_far_blocks_shared)
 }
 END_TEST
 
+/*
+ * A shard that has numbered all the blocks it can (1 Mi, far beyond what a
+ * test can make: the count is set by hand) makes no more: far arms post
+ * their records instead, fire on time and cancel as any other, and asking
+ * again for every arm does not move the count round.
+ */
+START_TEST(test_far_blocks_exhausted)
+{
+	enum { N = 3 * ARRIVAL_N };
+	static struct t_timer fire[N], stand[N];
+	struct kairos *k = f_create(1);
+	struct shard *s = k->shards[0];
+	uint64_t rng = t_seed(0xb10c);
+
+	atomic_store(&s->arr_made, ARRIVAL_DIR * ARRIVAL_PAGE);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_arm(k, &tt, &fire[i], f_delay(&rng, F_FAR, 5 * T_MS)), 0);
+		ck_assert_int_eq(t_arm(k, &tt, &stand[i], 3600 * T_SEC), 0);
+	}
+	ck_assert_uint_eq(f_blocks(s, true), 0);
+	ck_assert_uint_eq(atomic_load(&s->arr_made), ARRIVAL_DIR * ARRIVAL_PAGE);
+	t_wait_fired(N);
+	t_check_calls(&tt, T_LATE);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(t_int(&fire[i].runs), 1);
+		ck_assert_int_eq(t_cancel(k, &tt, &stand[i]), 0);
+	}
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_far_churn_beside_standing)
 {
 	enum { STAND = 2000, CHURN = 300, ROUNDS = 50 };
@@ -506,6 +538,7 @@ int main(void)
 	tcase_add_test(tc, test_far_earlier_in_open_block);
 	tcase_add_test(tc, test_far_fenced);
 	tcase_add_test(tc, test_far_blocks_shared);
+	tcase_add_test(tc, test_far_blocks_exhausted);
 	suite_add_tcase(s, tc);
 	return t_main(s, "far");
 }
