@@ -548,10 +548,11 @@ static int arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t dea
 		return rc;
 	}
 	/*
-	 * The next arm takes a new bundle of free records: if none is free
-	 * while the reclaimer is far behind, it would grow the pool, so this
-	 * one waits for the reclaimer first (a look once per bundle: it reads
-	 * lines other threads write).  A shard thread never waits.
+	 * The next arm takes a new bundle of free records: while the
+	 * reclaimer is far behind, this one waits for it first, so that ended
+	 * records do not outrun their reuse and the pool grow for them
+	 * (table_reclaim_behind(); a look once per bundle: it reads lines
+	 * other threads write).  A shard thread never waits.
 	 */
 	if ((!t || !t->free) && !tls_shard && table_reclaim_behind(s))
 		*behind = s->index + 1;

@@ -534,21 +534,23 @@ static void reclaim_shard(struct shard *s, struct rec *heads)
 }
 
 /*
- * Whether the next bundle taken from @s would grow its pool (none is free
- * now) while the reclaimer is behind on its records: RECLAIM_LIMIT or more
- * held in a pass that has lasted RECLAIM_SLOW_NS, or RECLAIM_LIMIT_HARD
- * (internal.h says why).  The clock is read only past the counts.
+ * Whether an arm about to take a new bundle of @s's records should wait for
+ * the reclaimer first (internal.h says why each): RECLAIM_LIMIT_HARD of
+ * them are in its hands; or none is free, so the bundle would grow the
+ * pool, while it holds RECLAIM_LIMIT in a pass that has lasted
+ * RECLAIM_SLOW_NS.  The clock is read only past the counts.
  */
 bool table_reclaim_behind(struct shard *s)
 {
 	/* seq_cst: pairs with reclaim_shard()'s, for a held-back arm (kairos.c). */
 	uint64_t n = atomic_load_explicit(&s->retired_n, memory_order_seq_cst);
 
+	if (n >= RECLAIM_LIMIT_HARD)
+		return true;
 	return n >= RECLAIM_LIMIT && !atomic_load_explicit(&s->free_head, memory_order_relaxed) &&
-	       (n >= RECLAIM_LIMIT_HARD ||
-		clock_now_ns(CLOCK_MONOTONIC) -
-				atomic_load_explicit(&s->k->reclaim_begun, memory_order_relaxed) >=
-			RECLAIM_SLOW_NS);
+	       clock_now_ns(CLOCK_MONOTONIC) -
+			       atomic_load_explicit(&s->k->reclaim_begun, memory_order_relaxed) >=
+		       RECLAIM_SLOW_NS;
 }
 
 /*

@@ -498,11 +498,12 @@ START_TEST(test_lifecycle_many_posters_flat_rss)
 END_TEST
 
 /*
- * When an arm that would grow the pool waits for the reclaimer: with
- * RECLAIM_LIMIT records in its hands and none free, only once its pass has
- * lasted RECLAIM_SLOW_NS; with RECLAIM_LIMIT_HARD, at once.  Below the
- * limit, or with a record free, never.  The counts are set by hand on a
- * quiet service (nothing retires, so the reclaimer does not touch them).
+ * When an arm about to take a new bundle waits for the reclaimer: with
+ * RECLAIM_LIMIT_HARD records in its hands, at once; with RECLAIM_LIMIT and
+ * none free, only once its pass has lasted RECLAIM_SLOW_NS; below the
+ * limit, or with a record free below the hard one, never.  The counts are
+ * set by hand on a quiet service (nothing retires, so the reclaimer does
+ * not touch them).
  */
 START_TEST(test_lifecycle_reclaim_behind_rule)
 {
@@ -525,10 +526,14 @@ START_TEST(test_lifecycle_reclaim_behind_rule)
 	ck_assert(table_reclaim_behind(s));		/* a pass slow for that long */
 	atomic_store(&k->reclaim_begun, t_mono());
 	ck_assert(!table_reclaim_behind(s));		/* a young pass */
-	atomic_fetch_add(&s->retired_n, RECLAIM_LIMIT_HARD - RECLAIM_LIMIT);
-	ck_assert(table_reclaim_behind(s));		/* too many, however young */
 	atomic_store(&s->free_head, saved);
+	atomic_store(&k->reclaim_begun, t_mono() - RECLAIM_SLOW_NS - T_MS);
 	ck_assert(!table_reclaim_behind(s));		/* a record free */
+	atomic_fetch_add(&s->retired_n, RECLAIM_LIMIT_HARD - RECLAIM_LIMIT - 1);
+	ck_assert(!table_reclaim_behind(s));
+	atomic_fetch_add(&s->retired_n, 1);
+	atomic_store(&k->reclaim_begun, t_mono());
+	ck_assert(table_reclaim_behind(s));		/* too many, free or not, however young */
 	atomic_fetch_sub(&s->retired_n, RECLAIM_LIMIT_HARD);
 	ck_assert_int_eq(t_cancel(k, &tt, &one), 0);
 	t_check_identity(k, &tt);
