@@ -205,7 +205,7 @@ static bool arrival_number(struct shard *s, struct arrival *b)
 }
 
 /*
- * A block for @t to open on @s: one popped off the shard's pool, else a new
+ * A block to open on @s: one popped off the shard's pool, else a new
  * one.  One at a time, so that no thread holds more than the one it writes:
  * taking the pool whole let one of many threads keep tens of thousands of
  * blocks while the others made new ones.  Blocks are never freed before
