@@ -22,13 +22,12 @@
  *  - when kairos_destroy() runs: it folds every thread's counts and forgets
  *    their records, whose memory it unmaps anyway.
  * Likewise it leaves its arrival block (arrival.c), which its shard pools
- * once it has filed what is on it, and gives its spare blocks back to the
- * pool.  It hands over its kept cancels too (table_keep()), which the
- * reclaimer otherwise takes from a thread that has gone quiet
- * (ts_collect_kept()).  So a thread holds at most BUNDLE_RECS - 1 free
- * records, BUNDLE_RECS - 1 kept cancels for at most about 2 *
- * KEPT_SCAN_NS, one open arrival block and the spares it took from one
- * shard's pool, and nothing it holds outlives it.  Every count is, at any
+ * once it has filed what is on it.  It hands over its kept cancels too
+ * (table_keep()), which the reclaimer otherwise takes from a thread that
+ * has gone quiet (ts_collect_kept()).  So a thread holds at most
+ * BUNDLE_RECS - 1 free records, BUNDLE_RECS - 1 kept cancels for at most
+ * about 2 * KEPT_SCAN_NS, and one open arrival block, and nothing it holds
+ * outlives it.  Every count is, at any
  * time, either in a thread on the list or in the base counters, and both
  * move only under thr_lock: kairos_stats() sums them there.
  */
