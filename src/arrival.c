@@ -33,7 +33,8 @@
  * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
  * never touches the block again; once the shard has filed all of it, the
  * block goes to the shard's pool, for a thread to open again, one block at
- * a time (arrival_get()).  Blocks are freed with their shard.
+ * a time (arrival_get()).  Blocks are freed with their shard, found by
+ * their numbers.
  *
  * Telling the shard
  * -----------------
@@ -217,7 +218,7 @@ static struct arrival *arrival_get(struct shard *s)
 {
 	/* Acquire pairs with the shard's push: it was done with the block. */
 	uint64_t head = atomic_load_explicit(&s->arr_pool, memory_order_acquire);
-	struct arrival *b, *old;
+	struct arrival *b;
 
 	while ((uint32_t)head) {
 		b = arrival_by_no(s, (uint32_t)head - 1);
@@ -235,11 +236,6 @@ static struct arrival *arrival_get(struct shard *s)
 		free(b);
 		return NULL;
 	}
-	old = atomic_load_explicit(&s->arr_all, memory_order_relaxed);
-	do {
-		b->all_next = old;
-	} while (!atomic_compare_exchange_weak_explicit(&s->arr_all, &old, b, memory_order_relaxed,
-							memory_order_relaxed));
 	return b;
 }
 
@@ -499,19 +495,23 @@ bool arrivals_polling(struct shard *s)
 	return false;
 }
 
-/* arrivals_free - frees every block of @s, as its service goes (no thread uses them). */
+/*
+ * arrivals_free - frees every block of @s, each found by its number, as its
+ * service goes (no thread uses them).
+ */
 void arrivals_free(struct shard *s)
 {
-	struct arrival *b = atomic_exchange_explicit(&s->arr_all, NULL, memory_order_acquire);
+	for (unsigned i = 0; i < ARRIVAL_DIR; i++) {
+		struct arrival **page = atomic_exchange_explicit(&s->arr_dir[i], NULL,
+								 memory_order_acquire);
 
-	while (b) {
-		struct arrival *next = b->all_next;
-
-		free(b);
-		b = next;
+		if (!page)
+			continue;
+		/* A number whose block could not be made has no pointer. */
+		for (unsigned j = 0; j < ARRIVAL_PAGE; j++)
+			free(__atomic_load_n(&page[j], __ATOMIC_RELAXED));
+		free(page);
 	}
-	for (unsigned i = 0; i < ARRIVAL_DIR; i++)
-		free(atomic_exchange_explicit(&s->arr_dir[i], NULL, memory_order_relaxed));
 	atomic_store_explicit(&s->arr_made, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->arr_new, NULL, memory_order_relaxed);
 	atomic_store_explicit(&s->arr_pool, 0, memory_order_relaxed);

@@ -512,11 +512,10 @@ struct shard {
 	 * a stack pushed by the shard and popped one block at a time by the
 	 * threads, its head the top block's number + 1 (0: empty) with a count
 	 * of its changes in the high half, which makes the pop safe from ABA
-	 * (arrival.c).  Every block ever made for this shard is on arr_all,
-	 * freed with it, and found by its number in arr_dir.
+	 * (arrival.c).  Every block ever made for this shard is found by its
+	 * number in arr_dir, and freed with the shard.
 	 */
 	_Atomic uint64_t arr_pool;
-	_Atomic(struct arrival *) arr_all;
 	_Atomic uint32_t arr_made;		/* blocks numbered so far */
 	_Atomic(struct arrival **) arr_dir[ARRIVAL_DIR];
 	/*
@@ -1026,7 +1025,6 @@ struct arrival {
 	uint32_t taken __attribute__((aligned(CACHELINE)));	/* entries it has filed */
 	uint64_t seen_at;		/* the tick at which it last found a new entry */
 	struct arrival *next;		/* on arr_new, then on arr_open */
-	struct arrival *all_next;	/* on arr_all, for good */
 	uint32_t no;			/* its number in its shard's arr_dir */
 	_Atomic uint32_t pool_next;	/* on arr_pool: the next block's number + 1, or 0 */
 };

@@ -27,9 +27,9 @@
  * has gone quiet (ts_collect_kept()).  So a thread holds at most
  * BUNDLE_RECS - 1 free records, BUNDLE_RECS - 1 kept cancels for at most
  * about 2 * KEPT_SCAN_NS, and one open arrival block, and nothing it holds
- * outlives it.  Every count is, at any
- * time, either in a thread on the list or in the base counters, and both
- * move only under thr_lock: kairos_stats() sums them there.
+ * outlives it.  Every count is, at any time, either in a thread on the list
+ * or in the base counters, and both move only under thr_lock:
+ * kairos_stats() sums them there.
  */
 #include "rcu.h"
 

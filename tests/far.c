@@ -336,8 +336,12 @@ static unsigned f_blocks(struct shard *s, bool all)
 	unsigned n = 0;
 
 	if (all)
-		for (struct arrival *b = atomic_load(&s->arr_all); b; b = b->all_next)
-			n++;
+		for (unsigned i = 0; i < ARRIVAL_DIR; i++) {
+			struct arrival **page = atomic_load(&s->arr_dir[i]);
+
+			for (unsigned j = 0; page && j < ARRIVAL_PAGE; j++)
+				n += __atomic_load_n(&page[j], __ATOMIC_ACQUIRE) != NULL;
+		}
 	else
 		for (uint32_t no = (uint32_t)atomic_load(&s->arr_pool); no; n++) {
 			struct arrival **page = atomic_load(&s->arr_dir[(no - 1) >>

@@ -423,14 +423,14 @@ END_TEST
  * grew by tens of MB a second.  Posters now wait once they are far ahead,
  * and memory levels off.  Their timers are filed by value and their
  * cancels kept (no post at all), so what bounds them here is the other
- * wait: an arm that would grow the pool while the reclaimer is behind on
- * its records waits for it (table_reclaim_behind(); without it: 21-28 MB
- * in 2 s on an idle 2-CPU machine, 145 MB beside other tests).  Their
+ * wait: an arm about to take a new bundle while the reclaimer is behind
+ * on its records waits for it (table_reclaim_behind(); without it: 21-28
+ * MB in 2 s on an idle 2-CPU machine, 145 MB beside other tests).  Their
  * arrival blocks are bounded too: a thread takes one at a time from its
  * shard's pool (arrival.c); when each took the pool whole, the blocks grew
- * 5-10 MB a second here without end.  With both, a driver doing the same
- * grew 20 KiB in 5 s after its first second on an idle machine, and 12-15
- * MB in 5 s beside two busy loops.
+ * 5-10 MB a second here without end.  With both, this test grew 1.4-6.9
+ * MB in its 2 s, and a driver doing the same 0-2.8 MB, idle or beside two
+ * busy loops.
  */
 struct t_poster {
 	struct kairos *k;
@@ -776,6 +776,30 @@ static bool task_comm(const char *tid, char *comm, size_t len)
 	return true;
 }
 
+/*
+ * The number on task @tid's status line "@key:" (in @base), into *@v; false
+ * if the task has exited or has no such line.
+ */
+static bool task_status(const char *tid, const char *key, int base, unsigned long long *v)
+{
+	char path[300], line[128];
+	size_t len = strlen(key);
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, len) && line[len] == ':') {
+			*v = strtoull(line + len + 1, NULL, base);
+			found = true;
+		}
+	fclose(f);
+	return found;
+}
+
 /* Context switches so far of this process's thread named @name (one only). */
 static uint64_t task_switches(const char *name)
 {
@@ -786,22 +810,16 @@ static uint64_t task_switches(const char *name)
 
 	ck_assert_ptr_nonnull(d);
 	while ((e = readdir(d))) {
-		char path[300], line[128];
-		unsigned long long v;
-		FILE *f;
+		unsigned long long vol, invol;
+		char comm[32];
 
-		if (e->d_name[0] == '.' || !task_comm(e->d_name, line, sizeof(line)) ||
-		    strcmp(line, name))
+		if (e->d_name[0] == '.' || !task_comm(e->d_name, comm, sizeof(comm)) ||
+		    strcmp(comm, name))
 			continue;
 		found++;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
-		f = fopen(path, "r");
-		ck_assert_ptr_nonnull(f);
-		while (fgets(line, sizeof(line), f))
-			if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1 ||
-			    sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
-				n += v;
-		fclose(f);
+		ck_assert(task_status(e->d_name, "voluntary_ctxt_switches", 10, &vol));
+		ck_assert(task_status(e->d_name, "nonvoluntary_ctxt_switches", 10, &invol));
+		n += vol + invol;
 	}
 	closedir(d);
 	ck_assert_int_eq(found, 1);
@@ -982,19 +1000,9 @@ END_TEST
 /* Whether task @tid of this process blocks every signal in the mask @sigs. */
 static bool task_blocks(const char *tid, uint64_t sigs)
 {
-	char path[300], line[128];
-	unsigned long long blk = 0;
-	bool found = false;
-	FILE *f;
+	unsigned long long blk;
 
-	snprintf(path, sizeof(path), "/proc/self/task/%s/status", tid);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = sscanf(line, "SigBlk: %llx", &blk) == 1;
-	fclose(f);
-	return found && (blk & sigs) == sigs;
+	return task_status(tid, "SigBlk", 16, &blk) && (blk & sigs) == sigs;
 }
 
 /*
