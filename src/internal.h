@@ -484,12 +484,53 @@ struct kairos;
  * in the calling threads' own state (thread.c), expiries in struct
  * expiry_lane, and pending is derived.
  */
+/*
+ * Whether a count has paused: a sweep that falls due while threads still
+ * retire kept cancels waits for far_kept to stand still (shard.c).  The
+ * notes are in any one unit of time, ns or ticks.
+ */
+struct quiet {
+	bool waiting;		/* a wait has begun and not ended */
+	uint64_t since;		/* the wait's first note */
+	uint64_t count;		/* the count at the last note */
+	uint64_t still;		/* when the count last moved, as far as the notes saw */
+};
+
+/*
+ * Notes @count at @now.  True when the wait is over: the count has not
+ * moved for @quiet, or @cap has passed since the wait's first note; the
+ * next note then begins a new wait.  Else *@next is when the wait could
+ * end, if nothing moves meanwhile.
+ */
+static inline bool quiet_note(struct quiet *q, uint64_t count, uint64_t now, uint64_t quiet,
+			      uint64_t cap, uint64_t *next)
+{
+	uint64_t end;
+
+	if (!q->waiting || count != q->count) {
+		if (!q->waiting)
+			q->since = now;
+		q->waiting = true;
+		q->count = count;
+		q->still = now;
+	}
+	if (now - q->still >= quiet || now - q->since >= cap) {
+		q->waiting = false;
+		return true;
+	}
+	end = q->still + quiet;
+	*next = end < q->since + cap ? end : q->since + cap;
+	return false;
+}
+
 struct shard_stats {
 	_Atomic uint64_t finished;	/* one-shot callbacks that returned */
 	_Atomic uint64_t cancelled;	/* periodic timers stopped while running */
 	_Atomic uint64_t drained;
 	_Atomic uint64_t wakeups;
 	_Atomic uint64_t timer_sets;
+	_Atomic uint64_t sweeps;	/* sweeps of every slot's stale entries (ents_tidy()) */
+	_Atomic uint64_t swept;		/* the entries they dropped */
 };
 
 /*
@@ -550,6 +591,13 @@ struct shard {
 	_Atomic uint64_t retired_n;	/* records on it or in the reclaimer's hands */
 	/* Cancels of records filed by value that their callers retired (table_keep_flush()). */
 	_Atomic uint64_t far_kept;
+	/*
+	 * Set when far_kept passes a multiple of WHEEL_SWEEP_MIN: the reclaimer
+	 * wakes the shard to sweep once the count stands still (shard_sweep_asks()).
+	 * The reclaimer's own notes on it follow.
+	 */
+	_Atomic uint32_t sweep_ask;
+	struct quiet ask_quiet;		/* the reclaimer's, in ns */
 
 	struct shard_stats stats __attribute__((aligned(CACHELINE)));
 	struct expiry_lane own;		/* the shard's, its queue drainers' */
@@ -562,6 +610,9 @@ struct shard {
 	struct arrival *arr_open;	/* arrival blocks being read (arrival.c) */
 	uint64_t cancels_taken;		/* cancels it has taken from its inbox, in all */
 	uint64_t cancels_swept;		/* cancels_taken + far_kept at its last sweep of all entries */
+	uint64_t kept_looked;		/* far_kept at its last look (ents_tidy()) */
+	struct quiet sweep_quiet;	/* a sweep waiting for far_kept to pause, in ticks */
+	uint64_t sweep_look;		/* the tick to look again at it; 0: none waits */
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
 	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */
@@ -589,6 +640,7 @@ struct shard {
 	struct wtally itally;		/* inline delivery's, flushed each pass */
 	unsigned checks;		/* passes since the last wheel_check (debug builds) */
 	uint64_t flush_ticks;		/* SHARD_FLUSH_NS in ticks, at least 1 */
+	uint64_t quiet_ticks;		/* SWEEP_QUIET_NS in ticks, at least 1 */
 
 	struct kairos *k;
 	unsigned index;
@@ -932,6 +984,12 @@ void table_free(struct shard *s);
  * shard.  See shard_post().
  */
 #define SHARD_FLUSH_NS		(10 * 1000000ull)
+/*
+ * A sweep of stale entries that falls due while threads are still retiring
+ * cancels of timers filed by value waits until they pause for this long,
+ * but no longer than SHARD_FLUSH_NS in all (ents_tidy()).
+ */
+#define SWEEP_QUIET_NS		(1000000ull)
 #define SLEEP_FAR		(UINT64_C(1) << 63)	/* in sleep_tick; ticks stay below */
 
 static inline uint64_t sleep_tick_of(uint64_t sleep)
@@ -940,6 +998,13 @@ static inline uint64_t sleep_tick_of(uint64_t sleep)
 }
 
 void shard_wake(struct shard *s);
+/*
+ * The reclaimer's look at the shards whose threads asked for a sweep
+ * (sweep_ask): wakes each one whose far_kept has not moved for
+ * SWEEP_QUIET_NS, or that asked SHARD_FLUSH_NS ago.  Returns when it must
+ * look again (CLOCK_MONOTONIC ns), or 0 when nothing is asked.
+ */
+uint64_t shard_sweep_asks(struct kairos *k, uint64_t now);
 
 /*
  * shard_count_posts - adds @n to @s's backlog of posts (records on its

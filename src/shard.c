@@ -198,23 +198,76 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
  * After the cancels of a drain, and on a pass with none: once the shard has
  * taken, since its last such sweep, at least half as many cancels as its
  * wheel holds entries (and WHEEL_SWEEP_MIN), counting those that threads
- * retired themselves (far_kept: table_keep_flush(), which wakes a sleeping
- * shard every WHEEL_SWEEP_MIN of them), the entries of timers filed by
+ * retired themselves (far_kept: table_keep_flush(), which every
+ * WHEEL_SWEEP_MIN of them asks the reclaimer to wake the shard once they
+ * pause: shard_sweep_asks()), the entries of timers filed by
  * value that they left stale are swept from every slot
  * (wheel_sweep_entries(), which reads no record).  A slot sweeps itself
  * only as it grows, so without this the entries of a batch of idle
  * timeouts, all cancelled, would hold their memory until their slot comes.
  * At most two entries looked at per cancel.
+ *
+ * The sweep reads the ended byte of every entry, and a thread retiring its
+ * cancels writes those bytes (table_keep_flush()): run while a burst of
+ * such cancels goes on, the two pass the bytes' lines back and forth, and
+ * each cancel of the burst paid about a third more (docs/BENCHMARKS.md,
+ * "The sweep waits for a burst of cancels to pause").  So a sweep that
+ * falls due while far_kept still moves waits until it has stood still for
+ * SWEEP_QUIET_NS (quiet_note(); the shard's timer brings it back to look),
+ * or SHARD_FLUSH_NS at most, after which it runs anyway.  A manual-clock
+ * shard has no timer to look again by, and sweeps at once.
  */
 static void ents_tidy(struct shard *s)
 {
-	uint64_t all = s->cancels_taken + atomic_load_explicit(&s->far_kept, memory_order_relaxed);
-	uint64_t since = all - s->cancels_swept;
+	uint64_t kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed);
+	uint64_t all = s->cancels_taken + kept;
+	uint64_t since = all - s->cancels_swept, dropped;
+	bool moved = kept != s->kept_looked;
 
+	s->kept_looked = kept;
+	s->sweep_look = 0;
 	if (since < WHEEL_SWEEP_MIN || since < wheel_entries(&s->wheel) / 2)
 		return;
-	wheel_sweep_entries(&s->wheel);
+	if ((moved || s->sweep_quiet.waiting) && !service_manual(s->k)) {
+		/* The wheel's tick is the last pass's, perhaps long ago: read the clock. */
+		uint64_t tick = clock_tick_floor(service_now(s->k), s->k->cfg.tick_ns);
+
+		if (!quiet_note(&s->sweep_quiet, kept, tick, s->quiet_ticks, s->flush_ticks,
+				&s->sweep_look))
+			return;
+	}
+	s->sweep_quiet.waiting = false;
+	dropped = wheel_sweep_entries(&s->wheel);
 	s->cancels_swept = all;
+	atomic_fetch_add_explicit(&s->stats.sweeps, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->stats.swept, dropped, memory_order_relaxed);
+}
+
+uint64_t shard_sweep_asks(struct kairos *k, uint64_t now)
+{
+	uint64_t next = 0, at;
+
+	for (unsigned i = 0; i < k->nshards; i++) {
+		struct shard *s = k->shards[i];
+
+		/* Acquire: the far_kept of the flush that asked, or a later one. */
+		if (!atomic_load_explicit(&s->sweep_ask, memory_order_acquire))
+			continue;
+		if (!quiet_note(&s->ask_quiet, atomic_load_explicit(&s->far_kept,
+								    memory_order_relaxed),
+				now, SWEEP_QUIET_NS, SHARD_FLUSH_NS, &at)) {
+			next = next && next < at ? next : at;
+			continue;
+		}
+		/*
+		 * An ask made since is cleared too: this wake covers it, as the
+		 * shard looks at far_kept itself, again until it stands still
+		 * (ents_tidy()).
+		 */
+		atomic_store_explicit(&s->sweep_ask, 0, memory_order_relaxed);
+		shard_wake(s);
+	}
+	return next;
 }
 
 /*
@@ -675,6 +728,9 @@ static void *shard_main(void *arg)
 			/* Threads file by value: look at their blocks again in time (arrival.c). */
 			if (arrivals_polling(s))
 				arm_timer(s, s->wheel.curr + ARRIVAL_POLL_TICKS);
+			/* A sweep waits for kept cancels to pause: look again then (ents_tidy()). */
+			if (s->sweep_look)
+				arm_timer(s, s->sweep_look);
 			sleep = s->timer_tick;
 			if (sleep == UINT64_MAX || sleep > s->wheel.curr + s->flush_ticks)
 				sleep |= SLEEP_FAR;
@@ -729,6 +785,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->timer_tick = UINT64_MAX;
 	s->posting.next = s->posting.prev = &s->posting;
 	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
+	s->quiet_ticks = (SWEEP_QUIET_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
 	s->itally.lane = &s->own;
 	/* None of these can fail with default attributes. */
 	if ((rc = pthread_mutex_init(&s->grow_lock, NULL)) ||

@@ -454,10 +454,12 @@ void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t gen)
 
 /*
  * Hands @t's kept cancels to the reclaimer, their ended bytes stored first,
- * and counts them towards their shard's next sweep of stale entries.  A
- * shard asleep is woken each time WHEEL_SWEEP_MIN more have gone, so that
- * a quiet shard sweeps them as it would posted cancels.  Called by the
- * bundle's holder: the thread, or the reclaimer while kept_steal is set.
+ * and counts them towards their shard's next sweep of stale entries.  Each
+ * time WHEEL_SWEEP_MIN more have gone, the reclaimer is asked to wake the
+ * shard once they stop coming (shard_sweep_asks()), so that a quiet shard
+ * sweeps them as it would posted cancels, and not in the middle of the
+ * burst whose ended bytes the sweep reads.  Called by the bundle's holder:
+ * the thread, or the reclaimer while kept_steal is set.
  */
 void table_keep_flush(struct kairos *k, struct tstate *t)
 {
@@ -475,9 +477,11 @@ void table_keep_flush(struct kairos *k, struct tstate *t)
 			      atomic_load_explicit(&t->kept_flushes, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 	was = atomic_fetch_add_explicit(&s->far_kept, n, memory_order_relaxed);
-	if ((was + n) / WHEEL_SWEEP_MIN != was / WHEEL_SWEEP_MIN &&
-	    atomic_load_explicit(&s->sleep_tick, memory_order_relaxed))
-		shard_wake(s);
+	if ((was + n) / WHEEL_SWEEP_MIN != was / WHEEL_SWEEP_MIN) {
+		/* Release: this flush's far_kept before the ask (shard_sweep_asks()). */
+		atomic_store_explicit(&s->sweep_ask, 1, memory_order_release);
+		table_kick(k);
+	}
 	/* For TSan, as in table_keep(): a flush by the thread, in its section. */
 	tsan_published(&t->kept);
 }
@@ -603,7 +607,7 @@ static void *reclaimer_main(void *arg)
 	thread_name("reclaim", -1, -1);
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
-		uint64_t now = 0;
+		uint64_t now = 0, sweep, at;
 
 		/* The key table follows its count; a kick after inserts asks for it. */
 		key_resize(k);
@@ -615,6 +619,10 @@ static void *reclaimer_main(void *arg)
 				now = clock_now_ns(CLOCK_MONOTONIC);
 			}
 		}
+		if (!now)
+			now = clock_now_ns(CLOCK_MONOTONIC);
+		/* Sweeps asked for by kept cancels, once these pause. */
+		sweep = shard_sweep_asks(k, now);
 		if (reclaim_pass(k)) {
 			/* Only a stop cuts the pause short. */
 			(void)futex_wait32_for(&k->reclaim_stop, 0, RECLAIM_PACE_NS);
@@ -622,10 +630,14 @@ static void *reclaimer_main(void *arg)
 		}
 		if (atomic_load_explicit(&k->reclaim_stop, memory_order_acquire))
 			break;
-		/* Sleeps until a retire, a kept bundle or the stop bumps the sequence. */
-		if (look > now)
-			(void)futex_wait32_for(&k->reclaim_seq, seq, look - now);
-		else if (!look)
+		/*
+		 * Sleeps until a retire, a kept bundle, a sweep's ask or the stop
+		 * bumps the sequence, or until it must look again.
+		 */
+		at = look && (!sweep || look < sweep) ? look : sweep;
+		if (at > now)
+			(void)futex_wait32_for(&k->reclaim_seq, seq, at - now);
+		else if (!at)
 			futex_wait32(&k->reclaim_seq, seq);
 	}
 	return NULL;

@@ -255,6 +255,120 @@ START_TEST(test_far_thread_exit)
 }
 END_TEST
 
+/*
+ * quiet_note(), the rule a sweep's wait follows, on a virtual clock: a count
+ * that keeps moving ends its wait only at the cap, one that stops ends it
+ * exactly @quiet after its last move, never sooner, and the next note after
+ * an end begins a new wait.
+ */
+START_TEST(test_far_sweep_quiet_rule)
+{
+	enum { QUIET = 100, CAP = 1000 };
+	struct quiet q = { 0 };
+	uint64_t next = 0, count = 7, now;
+
+	/* Moving every 50: no end before the cap, then an end at it. */
+	for (now = 5000; now < 5000 + CAP; now += 50) {
+		ck_assert(!quiet_note(&q, count++, now, QUIET, CAP, &next));
+		ck_assert_uint_eq(next, now + QUIET < 5000 + CAP ? now + QUIET : 5000 + CAP);
+	}
+	ck_assert(quiet_note(&q, count++, now, QUIET, CAP, &next));
+	ck_assert(!q.waiting);
+
+	/* A new wait: the count stops at once; it ends QUIET later, not one sooner. */
+	now = 9000;
+	ck_assert(!quiet_note(&q, count, now, QUIET, CAP, &next));
+	ck_assert_uint_eq(next, now + QUIET);
+	for (uint64_t t = now + 1; t < now + QUIET; t += 7) {
+		ck_assert(!quiet_note(&q, count, t, QUIET, CAP, &next));
+		ck_assert_uint_eq(next, now + QUIET);
+	}
+	ck_assert(quiet_note(&q, count, now + QUIET, QUIET, CAP, &next));
+
+	/* Near the cap, the next look is the cap, not the end of the quiet. */
+	now = 20000;
+	ck_assert(!quiet_note(&q, count++, now, QUIET, CAP, &next));
+	ck_assert(!quiet_note(&q, count++, now + CAP - 30, QUIET, CAP, &next));
+	ck_assert_uint_eq(next, now + CAP);
+	ck_assert(quiet_note(&q, count, now + CAP, QUIET, CAP, &next));
+}
+END_TEST
+
+static uint64_t f_sweeps(struct shard *s, uint64_t *swept)
+{
+	*swept = atomic_load_explicit(&s->stats.swept, memory_order_relaxed);
+	return atomic_load_explicit(&s->stats.sweeps, memory_order_relaxed);
+}
+
+/* Cancels @tm[@from .. @to) from this thread, @pause_us between bundles of 64. */
+static void f_cancel_run(struct kairos *k, struct t_timer *tm, int from, int to, unsigned pause_us)
+{
+	for (int i = from; i < to; i++) {
+		ck_assert_int_eq(t_cancel(k, &tt, &tm[i]), 0);
+		if (pause_us && (i - from) % 64 == 63)
+			t_sleep_ns((uint64_t)pause_us * T_US);
+	}
+}
+
+/*
+ * Kept cancels (src/table.c, table_keep()) ask for a sweep of the entries
+ * they leave stale; the sweep waits for them to pause (src/shard.c,
+ * ents_tidy()), yet comes, and drops them: after a burst, within a bound
+ * far below this test's wait; and in a steady trickle that never pauses for
+ * SWEEP_QUIET_NS, by the cap of SHARD_FLUSH_NS, before the trickle ends.
+ */
+static void f_sweep_after(bool trickle)
+{
+	enum { N = 4 * WHEEL_SWEEP_MIN };
+	static struct t_timer tm[N];
+	struct kairos *k = f_create(1);
+	struct shard *s = k->shards[0];
+	uint64_t sweeps0, swept0, sweeps, swept = 0, t0, ran;
+	struct kairos_stats st;
+
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC), 0);
+	t_sleep_ms(200);	/* the block is dormant: the shard sleeps */
+	sweeps0 = f_sweeps(s, &swept0);
+	t0 = t_mono();
+	/* 256 bundles, 0.5 ms or more apart: at least 128 ms, due half way. */
+	f_cancel_run(k, tm, 0, N, trickle ? 500 : 0);
+	ran = t_mono() - t0;
+	sweeps = f_sweeps(s, &swept);
+	if (trickle && ran < 4 * SHARD_FLUSH_NS)
+		ck_abort_msg("the trickle ran %llu ns, too short to test the cap",
+			     (unsigned long long)ran);
+	if (trickle)
+		ck_assert_msg(sweeps > sweeps0, "no sweep in %llu ns of kept cancels",
+			      (unsigned long long)ran);
+	/* Whatever is left stale goes once the cancels pause. */
+	for (int i = 0; i < 500 && swept - swept0 < N - WHEEL_SWEEP_MIN; i++) {
+		t_sleep_ms(10);
+		sweeps = f_sweeps(s, &swept);
+	}
+	ck_assert_uint_gt(sweeps, sweeps0);
+	ck_assert_uint_ge(swept - swept0, N - WHEEL_SWEEP_MIN);
+	ck_assert_uint_le(swept - swept0, N);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.pending, 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_int(&tm[i].runs), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_far_sweep_after_burst)
+{
+	f_sweep_after(false);
+}
+END_TEST
+
+START_TEST(test_far_sweep_in_trickle)
+{
+	f_sweep_after(true);
+}
+END_TEST
+
 static void f_quiet_then_arm(void)
 {
 	static struct t_timer a, b;
@@ -539,6 +653,9 @@ int main(void)
 	tcase_add_test(tc, test_far_max_timers);
 	tcase_add_test(tc, test_far_churn_beside_standing);
 	tcase_add_test(tc, test_far_quiet_then_arm);
+	tcase_add_test(tc, test_far_sweep_quiet_rule);
+	tcase_add_test(tc, test_far_sweep_after_burst);
+	tcase_add_test(tc, test_far_sweep_in_trickle);
 	tcase_add_test(tc, test_far_earlier_in_open_block);
 	tcase_add_test(tc, test_far_fenced);
 	tcase_add_test(tc, test_far_blocks_shared);
