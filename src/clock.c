@@ -44,13 +44,9 @@
 
 #include "internal.h"
 
-uint64_t clock_now_ns(clockid_t clock)
+void clock_failed(int err)
 {
-	struct timespec ts;
-
-	if (clock_gettime(clock, &ts))
-		kairos_die_err("clock_gettime", errno);
-	return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+	kairos_die_err("clock_gettime", err);
 }
 
 void clock_quiet_mark(struct kairos *k)

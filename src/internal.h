@@ -925,12 +925,9 @@ static inline uint64_t ts_read(_Atomic uint64_t *c)
 #define RECLAIM_LIMIT_HARD	(4 * RECLAIM_LIMIT)
 #define RECLAIM_SLOW_NS	(25 * 1000000ull)
 bool table_reclaim_behind(struct shard *s);
-int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
-		uint32_t *index);
 void table_give_back(struct kairos *k, struct shard *s, struct rec *chain);
 
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r);
-void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t gen);
 void table_keep_flush(struct kairos *k, struct tstate *t);
 /*
  * How often the reclaimer looks for kept cancels that a quiet thread holds:
@@ -941,7 +938,6 @@ void table_keep_flush(struct kairos *k, struct tstate *t);
  */
 #define KEPT_SCAN_NS	(4 * 1000000ull)
 void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
-struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp);
 
 /*
  * The chunk of record @idx of @s, or NULL before it is made.  Acquire pairs
@@ -964,12 +960,49 @@ static inline uint8_t table_ended(struct shard *s, uint32_t idx)
 	return atomic_load_explicit(&table_chunk(s, idx)->h.head.ended[idx & (CHUNK_RECS - 1)],
 				    memory_order_relaxed);
 }
+
+/* The chunk record @r lies in (address arithmetic, no load). */
+static inline struct rec_chunk *rec_chunk(const struct rec *r)
+{
+	return (struct rec_chunk *)((uintptr_t)r & ~(uintptr_t)(CHUNK_BYTES - 1));
+}
+
+/* @r's index in its shard @s (the chunk's number, then the offset in it). */
+static inline uint32_t table_index(struct shard *s, const struct rec *r)
+{
+	const struct rec_chunk *c = rec_chunk(r);
+
+	(void)s;
+	return c->h.head.no << CHUNK_BITS | (uint32_t)(r - &c->h.pad);
+}
+
+/*
+ * table_lookup - the record @id names, or NULL when the id cannot name one
+ * (bad shard or index); the caller still compares the generation.  Call with
+ * rcu_read_lock held.
+ */
+static inline struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
+{
+	unsigned sh = id_shard(id);
+	uint32_t idx = id_index(id);
+	struct rec_chunk *c;
+	struct shard *s;
+
+	if (sh >= k->nshards || (idx & (CHUNK_RECS - 1)) == 0)
+		return NULL;
+	s = k->shards[sh];
+	c = table_chunk(s, idx);
+	if (!c)
+		return NULL;
+	*sp = s;
+	return &c->h.pad + (idx & (CHUNK_RECS - 1));
+}
+
 struct rec_ext *table_ext(struct shard *s, uint32_t index);
 /* The ext entry of record @index, or NULL if its chunk has none (never allocates). */
 struct rec_ext *table_ext_peek(struct shard *s, uint32_t index);
 /* Wakes the reclaimer: something waits for a grace period. */
 void table_kick(struct kairos *k);
-uint32_t table_index(struct shard *s, const struct rec *r);
 void table_retire(struct kairos *k, struct shard *s, struct rec *r);
 int table_reclaimer_start(struct kairos *k);
 void table_reclaimer_stop(struct kairos *k);

@@ -25,6 +25,7 @@
 #include "internal.h"
 #include "jitter.h"
 #include "key.h"
+#include "table.h"
 #include "timer.h"
 
 /*
@@ -474,7 +475,7 @@ static void arm_backoff(struct kairos *k, unsigned index)
 	atomic_fetch_sub_explicit(&k->ev_waiters, 1, memory_order_relaxed);
 }
 
-static int cancel(struct kairos *k, kairos_id id, uint64_t *seen);
+static int cancel(struct kairos *k, struct tstate *t, kairos_id id, uint64_t *seen);
 
 /* Counts an arm (@n = 1) in the calling thread's own state, or takes it back (-1). */
 static void arm_count(struct kairos *k, struct tstate *t, int n)
@@ -796,11 +797,12 @@ static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uin
 /*
  * One cancel attempt.  Returns 0, -EBUSY or -ENOENT as kairos_cancel(); with
  * -EBUSY, *@seen is the state word seen (RUNNING), for cancel_sync to wait on.
+ * @t is ts_mine(@k), or what ts_for(@k) gave before the section (one look
+ * at the thread's state per cancel, not two).
  */
-static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
+static int cancel(struct kairos *k, struct tstate *t, kairos_id id, uint64_t *seen)
 {
 	struct shard *s;
-	struct tstate *t;
 	uint64_t old;
 	struct rec *r = lookup(k, id, &s, &old);
 	bool keep;
@@ -813,7 +815,6 @@ static int cancel(struct kairos *k, kairos_id id, uint64_t *seen)
 	 * unposted, unless the reclaimer is taking the thread's kept cancels
 	 * (acquire: then it has handed them over; see thread.c).
 	 */
-	t = ts_mine(k);
 	keep = t && t->s == s && !atomic_load_explicit(&t->kept_steal, memory_order_acquire);
 	rc = timer_cancel(r, id_gen(id), &old, seen, keep);
 	if (rc)
@@ -850,7 +851,7 @@ void cancel_for_key(struct kairos *k, kairos_id id)
 {
 	uint64_t seen;
 
-	(void)cancel(k, id, &seen);
+	(void)cancel(k, ts_mine(k), id, &seen);
 }
 
 /* Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
@@ -870,15 +871,21 @@ static int enter_id(struct kairos *k, kairos_id id)
 
 KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 {
+	struct tstate *t;
 	uint64_t seen;
 	int rc;
 
-	if (k && !atomic_load_explicit(&k->dead, memory_order_relaxed))
-		(void)ts_for(k);	/* so that the count is this thread's own */
+	/* So that the count is this thread's own; NULL when it cannot join. */
+	t = k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
-	rc = cancel(k, id, &seen);
+	/*
+	 * A state joined before the section is still this thread's on @k
+	 * inside it: only a destroy takes it away, and the section saw @k
+	 * alive (ts_for()).
+	 */
+	rc = cancel(k, t, id, &seen);
 	service_leave();
 	return rc;
 }
@@ -922,7 +929,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	rc = enter_id(k, id);
 	if (rc)
 		return rc;
-	rc = cancel(k, id, &seen);
+	rc = cancel(k, ts_mine(k), id, &seen);
 	if (rc != -EBUSY || tls_timer == id) {
 		/* From its own callback waiting would never end; later runs are stopped. */
 		service_leave();
@@ -949,7 +956,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	if (st_gen(seen) == id_gen(id)) {
 		uint64_t ignored;
 
-		rc = cancel(k, id, &ignored);
+		rc = cancel(k, ts_mine(k), id, &ignored);
 		if (rc == -EBUSY)
 			kairos_die("callback restarted under cancel_sync");
 		/*
@@ -1145,7 +1152,7 @@ static int key_apply(struct kairos *k, const void *key, size_t len, enum key_op 
 	int rc;
 
 	for (rc = key_lookup(k, key, len, &id); rc == 0; id = again) {
-		rc = op == KEY_CANCEL ? cancel(k, id, &seen) : reset(k, id, deadline_ns);
+		rc = op == KEY_CANCEL ? cancel(k, ts_mine(k), id, &seen) : reset(k, id, deadline_ns);
 		if (rc != -ENOENT || key_lookup(k, key, len, &again) || again == id)
 			break;
 	}

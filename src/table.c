@@ -27,6 +27,7 @@
 #include "fault.h"
 #include "internal.h"
 #include "key.h"
+#include "table.h"
 #include "timer.h"
 
 static void retired_push(struct kairos *k, struct shard *s, struct rec *head, unsigned n);
@@ -53,17 +54,6 @@ static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct re
 	} while (!atomic_compare_exchange_weak_explicit(head, &old, first,
 							memory_order_release,
 							memory_order_relaxed));
-}
-
-/* The chain inside a free bundle (or a thread's part of one): private to its holder. */
-static struct rec *free_next(struct rec *r)
-{
-	return (struct rec *)(void *)r->wt.link.next;
-}
-
-static void free_set_next(struct rec *r, struct rec *next)
-{
-	r->wt.link.next = next ? &next->wt.link : NULL;
 }
 
 /*
@@ -94,27 +84,6 @@ static void bundles_push(struct shard *s, struct rec *first)
 	}
 	if (heads)
 		stack_push(&s->free_head, heads, tail);
-}
-
-static struct rec_chunk *chunk_of(const struct rec *r)
-{
-	return (struct rec_chunk *)((uintptr_t)r & ~(uintptr_t)(CHUNK_BYTES - 1));
-}
-
-uint32_t table_index(struct shard *s, const struct rec *r)
-{
-	const struct rec_chunk *c = chunk_of(r);
-
-	(void)s;
-	return c->h.head.no << CHUNK_BITS | (uint32_t)((const struct rec *)r - &c->h.pad);
-}
-
-/* @r's byte in its chunk's ended array: address arithmetic, no load. */
-static _Atomic uint8_t *ended_slot(struct rec *r)
-{
-	struct rec_chunk *c = chunk_of(r);
-
-	return &c->h.head.ended[r - &c->h.pad];
 }
 
 /*
@@ -221,60 +190,24 @@ static struct rec *bundle_pop(struct kairos *k, struct shard *s, int *rc)
 }
 
 /*
- * Debug builds (where the tests run) check every hint they follow: NULL, or
- * the record exactly FREE_AHEAD links further along the chain.
+ * The slow path of table_alloc() (table.h): the thread holds no free record,
+ * or the caller is no thread on the service.  Pops a bundle (growing the
+ * pool if it is empty) and takes its first record; a thread keeps the rest,
+ * anyone else hands it back through the reclaimer.
  */
-static void ahead_check(struct rec *r)
-{
-#ifndef NDEBUG
-	struct rec *at = r;
-
-	if (!r->ahead)
-		return;
-	for (unsigned i = 0; i < FREE_AHEAD && at; i++)
-		at = free_next(at);
-	if (at != r->ahead)
-		kairos_die("free record's hint is not FREE_AHEAD along its chain");
-#else
-	(void)r;
-#endif
-}
-
-/*
- * table_alloc - takes a free record of @s and gives it its next generation
- * (state FREE).  With a thread state @t (whose shard is @s) the record comes
- * from the bundle the thread holds, and the next one starts loading; without
- * one, the rest of the bundle goes back through the reclaimer.  Call with
- * rcu_read_lock held.
- */
-int table_alloc(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
-		uint32_t *index)
+int table_alloc_slow(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
+		     uint32_t *index)
 {
 	struct rec *r;
 	int rc = 0;
 
-	r = t ? t->free : NULL;
-	if (!r) {
-		r = bundle_pop(k, s, &rc);
-		if (!r)
-			return rc;
-	}
-	if (t) {
-		ahead_check(r);
-		t->free = free_next(r);
-		/*
-		 * The chain is one dependent load per record, each likely a
-		 * miss (the shard or a worker retired it): the record
-		 * FREE_AHEAD arms away starts loading now, and the next one,
-		 * in case the bundle carries no such hint.
-		 */
-		if (r->ahead)
-			__builtin_prefetch(r->ahead, 1);
-		if (t->free)
-			__builtin_prefetch(t->free, 1);
-	} else if (free_next(r)) {
+	r = bundle_pop(k, s, &rc);
+	if (!r)
+		return rc;
+	if (t)
+		return table_alloc_from(s, t, r, out, index);
+	if (free_next(r))
 		table_give_back(k, s, free_next(r));
-	}
 	timer_recycle(r);
 	*out = r;
 	*index = table_index(s, r);
@@ -294,28 +227,6 @@ void table_give_back(struct kairos *k, struct shard *s, struct rec *chain)
 	for (struct rec *r = chain; r; r = free_next(r))
 		n++;
 	retired_push(k, s, chain, n);
-}
-
-/*
- * table_lookup - the record @id names, or NULL when the id cannot name one
- * (bad shard or index); the caller still compares the generation.  Call with
- * rcu_read_lock held.
- */
-struct rec *table_lookup(struct kairos *k, kairos_id id, struct shard **sp)
-{
-	unsigned sh = id_shard(id);
-	uint32_t idx = id_index(id);
-	struct rec_chunk *c;
-	struct shard *s;
-
-	if (sh >= k->nshards || (idx & (CHUNK_RECS - 1)) == 0)
-		return NULL;
-	s = k->shards[sh];
-	c = table_chunk(s, idx);
-	if (!c)
-		return NULL;
-	*sp = s;
-	return &c->h.pad + (idx & (CHUNK_RECS - 1));
 }
 
 struct rec_ext *table_ext_peek(struct shard *s, uint32_t index)
@@ -393,25 +304,6 @@ void table_retire(struct kairos *k, struct shard *s, struct rec *r)
  * its inbox) collects them into bundles of its own and hands each over with
  * one CAS, so that neither it nor the reclaimer touches a record twice.
  */
-static void rbundle_link(struct kairos *k, struct rbundle *b, struct rec *r)
-{
-	struct rec **slot = &b->recent[b->n % FREE_AHEAD];
-
-	key_release(k, r);
-	free_set_next(r, NULL);
-	r->ahead = NULL;
-	/* The record FREE_AHEAD back (its line is still this thread's) learns of @r. */
-	if (b->n >= FREE_AHEAD)
-		(*slot)->ahead = r;
-	*slot = r;
-	if (b->last)
-		free_set_next(b->last, r);
-	else
-		b->first = r;
-	b->last = r;
-	b->n++;
-}
-
 void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct rec *r)
 {
 	ended_mark(r);
@@ -421,35 +313,23 @@ void rbundle_add(struct kairos *k, struct shard *s, struct rbundle *b, struct re
 }
 
 /*
- * table_keep - a cancel of record @r of @t's shard, life @gen, filed by
- * value: the record joins @t's bundle of kept cancels, and the byte of the
- * life it ended is stored when the bundle goes (table_keep_flush()).  Until
- * then the wheel may take its entries for standing and look at the record,
- * which says they are stale.  The thread's own call, inside its read-side
- * section, with kept_steal seen clear in that section.
+ * The first cancel a thread keeps into an empty bundle (table_keep(),
+ * table.h): the bundle is for the thread's shard, and the reclaimer must
+ * know that one is open.
  */
-void table_keep(struct kairos *k, struct tstate *t, struct rec *r, uint32_t gen)
+void table_keep_open(struct kairos *k, struct tstate *t)
 {
-	if (!t->kept.n) {
-		t->kept_s = t->s;
-		/*
-		 * seq_cst store, then load: pairs with ts_collect_kept()'s
-		 * clear of kept_watch and its look at kept_open, so that either
-		 * the reclaimer sees this bundle open or this thread sees it
-		 * not watching and wakes it.  Once a bundle.
-		 */
-		atomic_store_explicit(&t->kept_open, 1, memory_order_seq_cst);
-		if (!atomic_load_explicit(&k->kept_watch, memory_order_seq_cst) &&
-		    !atomic_exchange_explicit(&k->kept_watch, 1, memory_order_seq_cst))
-			table_kick(k);
-	}
-	t->kept_end[t->kept.n] = ended_slot(r);
-	t->kept_gen[t->kept.n] = (uint8_t)gen;
-	rbundle_link(k, &t->kept, r);
-	if (t->kept.n == BUNDLE_RECS)
-		table_keep_flush(k, t);
-	/* For TSan: the grace period of a take orders this before it (thread.c). */
-	tsan_published(&t->kept);
+	t->kept_s = t->s;
+	/*
+	 * seq_cst store, then load: pairs with ts_collect_kept()'s clear of
+	 * kept_watch and its look at kept_open, so that either the reclaimer
+	 * sees this bundle open or this thread sees it not watching and wakes
+	 * it.  Once a bundle.
+	 */
+	atomic_store_explicit(&t->kept_open, 1, memory_order_seq_cst);
+	if (!atomic_load_explicit(&k->kept_watch, memory_order_seq_cst) &&
+	    !atomic_exchange_explicit(&k->kept_watch, 1, memory_order_seq_cst))
+		table_kick(k);
 }
 
 /*
