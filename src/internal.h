@@ -1019,8 +1019,9 @@ void table_free(struct shard *s);
 #define SHARD_FLUSH_NS		(10 * 1000000ull)
 /*
  * A sweep of stale entries that falls due while threads are still retiring
- * cancels of timers filed by value waits until they pause for this long,
- * but no longer than SHARD_FLUSH_NS in all (ents_tidy()).
+ * cancels of timers filed by value waits until they pause for this long, or
+ * SHARD_FLUSH_NS at most, first at the reclaimer and then at the shard
+ * (shard.c, ents_tidy()).
  */
 #define SWEEP_QUIET_NS		(1000000ull)
 #define SLEEP_FAR		(UINT64_C(1) << 63)	/* in sleep_tick; ticks stay below */

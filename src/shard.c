@@ -198,24 +198,27 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
  * After the cancels of a drain, and on a pass with none: once the shard has
  * taken, since its last such sweep, at least half as many cancels as its
  * wheel holds entries (and WHEEL_SWEEP_MIN), counting those that threads
- * retired themselves (far_kept: table_keep_flush(), which every
- * WHEEL_SWEEP_MIN of them asks the reclaimer to wake the shard once they
- * pause: shard_sweep_asks()), the entries of timers filed by
- * value that they left stale are swept from every slot
+ * retired themselves (far_kept, table_keep_flush()), the entries of timers
+ * filed by value that they left stale are swept from every slot
  * (wheel_sweep_entries(), which reads no record).  A slot sweeps itself
  * only as it grows, so without this the entries of a batch of idle
  * timeouts, all cancelled, would hold their memory until their slot comes.
  * At most two entries looked at per cancel.
  *
  * The sweep reads the ended byte of every entry, and a thread retiring its
- * cancels writes those bytes (table_keep_flush()): run while a burst of
- * such cancels goes on, the two pass the bytes' lines back and forth, and
- * each cancel of the burst paid about a third more (docs/BENCHMARKS.md,
- * "The sweep waits for a burst of cancels to pause").  So a sweep that
- * falls due while far_kept still moves waits until it has stood still for
- * SWEEP_QUIET_NS (quiet_note(); the shard's timer brings it back to look),
- * or SHARD_FLUSH_NS at most, after which it runs anyway.  A manual-clock
- * shard has no timer to look again by, and sweeps at once.
+ * cancels writes those bytes at each flush: run beside a burst of such
+ * cancels, the two pass the bytes' lines back and forth (a burst of 1e4
+ * took 27-32 ns a cancel with the sweep beside it, 16-18 without;
+ * docs/BENCHMARKS.md, "The sweep waits for a burst of cancels to pause").
+ * So the sweep waits for far_kept to pause, by quiet_note()'s rule:
+ *  - Every WHEEL_SWEEP_MIN kept cancels, the flush asks the reclaimer, which
+ *    wakes the shard once far_kept has stood still for SWEEP_QUIET_NS, or
+ *    SHARD_FLUSH_NS after it saw the ask (shard_sweep_asks()).
+ *  - A shard that finds a sweep due while far_kept moved since its last
+ *    look waits the same way, its timer bringing it back to look.
+ * So kept cancels are swept at most about 2 * SHARD_FLUSH_NS after they
+ * pass the count, however steady their flow.  A manual-clock shard has no
+ * timer to look again by, and sweeps at once.
  */
 static void ents_tidy(struct shard *s)
 {
