@@ -480,11 +480,6 @@ void queue_teardown_drain(struct kairos *k, int how, uint64_t *count);
 struct kairos;
 
 /*
- * Written by the shard thread and its workers only: arms and cancels count
- * in the calling threads' own state (thread.c), expiries in struct
- * expiry_lane, and pending is derived.
- */
-/*
  * Whether a count has paused: a sweep that falls due while threads still
  * retire kept cancels waits for far_kept to stand still (shard.c).  The
  * notes are in any one unit of time, ns or ticks.
@@ -523,6 +518,11 @@ static inline bool quiet_note(struct quiet *q, uint64_t count, uint64_t now, uin
 	return false;
 }
 
+/*
+ * Written by the shard thread and its workers only: arms and cancels count
+ * in the calling threads' own state (thread.c), expiries in struct
+ * expiry_lane, and pending is derived.
+ */
 struct shard_stats {
 	_Atomic uint64_t finished;	/* one-shot callbacks that returned */
 	_Atomic uint64_t cancelled;	/* periodic timers stopped while running */
