@@ -487,7 +487,7 @@ START_TEST(test_fire_stats_worker_lanes)
 	struct kairos *k = t_create(&c);
 	struct kairos_stats st;
 	kairos_id every;
-	int runs;
+	int runs, rc;
 
 	atomic_store(&lanes_fired, 0);
 	atomic_store(&lanes_runs, 0);
@@ -499,7 +499,13 @@ START_TEST(test_fire_stats_worker_lanes)
 		t_sleep_ms(2);
 	ck_assert_int_eq(atomic_load(&lanes_fired), N);
 	ck_assert_int_ge(atomic_load(&lanes_runs), 10);
-	ck_assert_int_eq(kairos_cancel_sync(k, every), 0);
+	/*
+	 * The 1 ms periodic timer may be running as the cancel comes (-EBUSY:
+	 * it has returned by now); either way it never runs again and ends
+	 * counted as cancelled, which the identity below checks.
+	 */
+	rc = kairos_cancel_sync(k, every);
+	ck_assert_msg(rc == 0 || rc == -EBUSY, "kairos_cancel_sync: %d", rc);
 	runs = atomic_load(&lanes_runs);
 	for (uint64_t end = t_mono() + 3 * T_SEC;;) {
 		ck_assert_int_eq(kairos_stats(k, &st), 0);
