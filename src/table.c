@@ -487,20 +487,16 @@ static void *reclaimer_main(void *arg)
 	thread_name("reclaim", -1, -1);
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&k->reclaim_seq, memory_order_acquire);
-		uint64_t now = 0, sweep, at;
+		uint64_t now, sweep, at;
 
 		/* The key table follows its count; a kick after inserts asks for it. */
 		key_resize(k);
+		now = clock_now_ns(CLOCK_MONOTONIC);
 		/* Kept cancels of quiet threads, every KEPT_SCAN_NS while any may be held. */
-		if (atomic_load_explicit(&k->kept_watch, memory_order_acquire)) {
+		if (atomic_load_explicit(&k->kept_watch, memory_order_acquire) && now >= look) {
+			look = ts_collect_kept(k) ? now + KEPT_SCAN_NS : 0;
 			now = clock_now_ns(CLOCK_MONOTONIC);
-			if (now >= look) {
-				look = ts_collect_kept(k) ? now + KEPT_SCAN_NS : 0;
-				now = clock_now_ns(CLOCK_MONOTONIC);
-			}
 		}
-		if (!now)
-			now = clock_now_ns(CLOCK_MONOTONIC);
 		/* Sweeps asked for by kept cancels, once these pause. */
 		sweep = shard_sweep_asks(k, now);
 		if (reclaim_pass(k)) {
