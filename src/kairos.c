@@ -802,19 +802,22 @@ static struct rec *lookup(struct kairos *k, kairos_id id, struct shard **sp, uin
 }
 
 /*
- * One cancel attempt.  Returns 0, -EBUSY or -ENOENT as kairos_cancel(); with
+ * One cancel attempt of @id, whose record table_lookup() gave as @r (NULL:
+ * none) of shard @s.  Returns 0, -EBUSY or -ENOENT as kairos_cancel(); with
  * -EBUSY, *@seen is the state word seen (RUNNING), for cancel_sync to wait on.
  * @t is ts_mine(@k), or what ts_for(@k) gave before the section (one look
- * at the thread's state per cancel, not two).
+ * at the thread's state per cancel, not two).  Inline in cancel() and in
+ * the batch loop, as reset_rec() is.
  */
-static int cancel(struct kairos *k, struct tstate *t, kairos_id id, uint64_t *seen)
+static inline __attribute__((always_inline)) int
+cancel_rec(struct kairos *k, struct tstate *t, kairos_id id, struct shard *s, struct rec *r,
+	   uint64_t *seen)
 {
-	struct shard *s;
 	uint64_t old;
-	struct rec *r = lookup(k, id, &s, &old);
 	bool keep;
 	int rc;
 
+	r = lookup_rec(r, id, &old);
 	if (!r)
 		return -ENOENT;
 	/*
@@ -852,6 +855,15 @@ static int cancel(struct kairos *k, struct tstate *t, kairos_id id, uint64_t *se
 			(void)shard_post(s, r, UINT64_MAX);
 	}
 	return 0;
+}
+
+/* One cancel attempt of @id, as cancel_rec(). */
+static int cancel(struct kairos *k, struct tstate *t, kairos_id id, uint64_t *seen)
+{
+	struct shard *s = NULL;
+	struct rec *r = table_lookup(k, id, &s);
+
+	return cancel_rec(k, t, id, s, r, seen);
 }
 
 void cancel_for_key(struct kairos *k, kairos_id id)
@@ -1089,54 +1101,105 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
 }
 
 /*
- * How many records ahead kairos_reset_n() starts loading.  A record is one
- * cache line at a random address; eight misses in flight cover the latency
- * of one on this machine without evicting what the loop still needs.
+ * How many records ahead a batch call (kairos_reset_n(), kairos_cancel_n())
+ * starts loading.  A record is one cache line at a random address; eight
+ * misses in flight cover the latency of one on this machine without
+ * evicting what the loop still needs.
  */
-#define RESET_AHEAD	8
+#define BATCH_AHEAD	8
 
-KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n,
-				 uint64_t delay_ns, int *results)
+/* What a batch call does to each of its timers. */
+struct batch_op {
+	bool cancel;		/* cancel_rec(), else reset_rec() */
+	uint64_t deadline_ns;	/* a reset's new deadline */
+	struct tstate *t;	/* a cancel's: what ts_for() gave before the section */
+};
+
+/*
+ * The loop of a batch call, inside its read-side section: @op on each of
+ * the @n timers in @ids, each record loaded BATCH_AHEAD timers before its
+ * turn, each result in @results (if not NULL).  Returns how many gave 0.
+ * Inline in each call, so that @op's branch and step fold away.
+ */
+static inline __attribute__((always_inline)) int
+batch_run(struct kairos *k, const kairos_id *ids, unsigned n, const struct batch_op *op,
+	  int *results)
 {
-	/* The lookups of the RESET_AHEAD ids ahead, each loading its record. */
 	struct {
 		struct rec *r;
 		struct shard *s;
-	} ahead[RESET_AHEAD] = { { 0 } };
-	uint64_t deadline_ns;
-	int rc, moved = 0;
+	} ahead[BATCH_AHEAD] = { { 0 } };
+	int done = 0;
+
+	for (unsigned i = 0; i < n && i < BATCH_AHEAD; i++)
+		ahead[i].r = prefetch_rec(k, ids[i], &ahead[i].s);
+	for (unsigned i = 0; i < n; i++) {
+		unsigned a = i % BATCH_AHEAD;
+		struct rec *r = ahead[a].r;
+		struct shard *s = ahead[a].s;
+		uint64_t seen;
+		int one;
+
+		if (i + BATCH_AHEAD < n)
+			ahead[a].r = prefetch_rec(k, ids[i + BATCH_AHEAD], &ahead[a].s);
+		if (!ids[i])
+			one = -EINVAL;
+		else if (op->cancel)
+			one = cancel_rec(k, op->t, ids[i], s, r, &seen);
+		else
+			one = reset_rec(k, ids[i], s, r, op->deadline_ns);
+		done += one == 0;
+		if (results)
+			results[i] = one;
+	}
+	return done;
+}
+
+/* Enters a batch call: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
+static int enter_batch(struct kairos *k, const kairos_id *ids, unsigned n)
+{
+	int rc;
 
 	if (!k)
 		return -EINVAL;
 	rc = service_enter(k);
+	if (!rc && ((!ids && n) || n > INT_MAX)) {
+		service_leave();
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n,
+				 uint64_t delay_ns, int *results)
+{
+	struct batch_op op = { .cancel = false };
+	int rc;
+
+	rc = enter_batch(k, ids, n);
 	if (rc)
 		return rc;
-	if ((!ids && n) || n > INT_MAX) {
-		rc = -EINVAL;
-		goto out;
-	}
 	/* One clock read for the whole batch. */
-	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns)) {
+	if (clock_add_overflows(service_now(k), delay_ns, &op.deadline_ns))
 		rc = -EOVERFLOW;
-		goto out;
-	}
-	for (unsigned i = 0; i < n && i < RESET_AHEAD; i++)
-		ahead[i].r = prefetch_rec(k, ids[i], &ahead[i].s);
-	for (unsigned i = 0; i < n; i++) {
-		unsigned a = i % RESET_AHEAD;
-		struct rec *r = ahead[a].r;
-		struct shard *s = ahead[a].s;
-		int one;
+	else
+		rc = batch_run(k, ids, n, &op, results);
+	service_leave();
+	return rc;
+}
 
-		if (i + RESET_AHEAD < n)
-			ahead[a].r = prefetch_rec(k, ids[i + RESET_AHEAD], &ahead[a].s);
-		one = ids[i] ? reset_rec(k, ids[i], s, r, deadline_ns) : -EINVAL;
-		moved += one == 0;
-		if (results)
-			results[i] = one;
-	}
-	rc = moved;
-out:
+KAIROS_EXPORT int kairos_cancel_n(struct kairos *k, const kairos_id *ids, unsigned n,
+				  int *results)
+{
+	struct batch_op op = { .cancel = true };
+	int rc;
+
+	/* As kairos_cancel(): the thread's own state, looked at once. */
+	op.t = k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
+	rc = enter_batch(k, ids, n);
+	if (rc)
+		return rc;
+	rc = batch_run(k, ids, n, &op, results);
 	service_leave();
 	return rc;
 }

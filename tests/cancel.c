@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cancel.c - cancel and cancel_sync: each outcome (0, -EBUSY, -ENOENT,
- * -EDEADLK), exactly-once under cancel/fire storms from many threads, stale and
- * foreign ids, and cancel_sync never sleeping inside an RCU read-side section
- * (records still recycle, other services still destroy, the waited-on
- * callback may destroy another service).
+ * cancel.c - cancel, cancel_n and cancel_sync: each outcome (0, -EBUSY,
+ * -ENOENT, -EINVAL, -EDEADLK), exactly-once under cancel/fire storms from
+ * many threads, stale and foreign ids, and cancel_sync never sleeping inside
+ * an RCU read-side section (records still recycle, other services still
+ * destroy, the waited-on callback may destroy another service).
  *
  * Real clock, shared 2-core machine: lower bounds are strict, upper bounds
  * generous, and nothing asserts speed.  meson runs this program twice: with
@@ -522,6 +522,146 @@ START_TEST(test_cancel_stale_ids)
 }
 END_TEST
 
+/* A thread that arms timers for test_cancel_n_mixed, on its own shard if it can. */
+struct t_armer {
+	struct kairos *k;
+	struct t_timer *tm;
+	int n;
+	uint64_t delay_ns;
+};
+
+static void *t_armer_thread(void *arg)
+{
+	struct t_armer *a = arg;
+
+	for (int i = 0; i < a->n; i++)
+		ck_assert_int_eq(t_arm(a->k, &tt, &a->tm[i], a->delay_ns), 0);
+	return NULL;
+}
+
+/*
+ * kairos_cancel_n() over one shuffled batch of every kind of id: near and
+ * far timers of this thread's shard, far timers another thread armed, ids
+ * of timers that fired, an id listed twice, a timer whose callback is
+ * running, and an id of 0.  Each result is kairos_cancel()'s for that id,
+ * the return counts the 0s, and no timer it cancelled ever runs.
+ */
+START_TEST(test_cancel_n_mixed)
+{
+	enum { NEAR = 600, FAR = 600, OTHER = 600, DEAD = 20, LIVE = NEAR + FAR + OTHER };
+	enum { N = LIVE + DEAD + 3 };	/* + a repeat, the running timer, an id of 0 */
+	struct kairos_config c = t_cfg(2, 2);
+	struct kairos *k = t_create(&c);
+	struct t_timer *tm = calloc(LIVE + DEAD, sizeof(*tm));
+	struct t_timer **who = calloc(N, sizeof(*who));
+	kairos_id *ids = calloc(N, sizeof(*ids));
+	int *results = calloc(N, sizeof(*results));
+	struct t_armer other = { .k = k, .tm = tm + NEAR + FAR, .n = OTHER, .delay_ns = 60 * T_SEC };
+	uint64_t seed = t_seed(3);
+	struct t_block b;
+	pthread_t th;
+	kairos_id running;
+	int want = 0;
+
+	ck_assert(tm && who && ids && results);
+	/* DEAD timers that end before the batch: their ids are stale by then. */
+	for (int i = LIVE; i < LIVE + DEAD; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 0), 0);
+	t_wait_fired(DEAD);
+	t_block_init(&b, 0, 0);
+	running = t_block_arm(k, &b, 0);
+	t_block_wait_started(&b);
+	for (int i = 0; i < NEAR; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 300 * T_MS + t_rand_below(&seed, 100 * T_MS)), 0);
+	for (int i = NEAR; i < NEAR + FAR; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 60 * T_SEC), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_armer_thread, &other), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+
+	for (int i = 0; i < LIVE + DEAD; i++)
+		who[i] = &tm[i];
+	who[LIVE + DEAD] = &tm[NEAR + 1];	/* listed twice */
+	for (int i = N - 1; i > 0; i--) {
+		int j = (int)t_rand_below(&seed, (uint64_t)i + 1);
+		struct t_timer *x = who[i];
+
+		who[i] = who[j];
+		who[j] = x;
+	}
+	/* The two empty places: the running timer, then an id of 0. */
+	for (int i = 0, empty = 0; i < N; i++) {
+		ids[i] = who[i] ? who[i]->id : empty++ ? 0 : running;
+		results[i] = 12345;
+	}
+
+	ck_assert_int_eq(kairos_cancel_n(k, ids, N, results), LIVE);
+	for (int i = 0; i < N; i++) {
+		if (!who[i]) {
+			ck_assert_int_eq(results[i], ids[i] == running ? -EBUSY : -EINVAL);
+			continue;
+		}
+		/* The first listing of a live timer cancels it; a repeat or a fired one is gone. */
+		if (who[i] - tm < LIVE && !atomic_load(&who[i]->cancel_ok)) {
+			ck_assert_int_eq(results[i], 0);
+			want++;
+		} else {
+			ck_assert_int_eq(results[i], -ENOENT);
+		}
+		t_book_cancel(&tt, who[i], results[i]);
+	}
+	ck_assert_int_eq(want, LIVE);
+	/* Every one really ended: a second batch finds none of them. */
+	ck_assert_int_eq(kairos_cancel_n(k, ids, N, NULL), 0);
+	ck_assert_int_eq(kairos_cancel(k, tm[NEAR + FAR].id), -ENOENT);
+	atomic_store(&b.release, 1);
+	ck_assert_int_eq(t_wait_int(&b.done, 1, T_WAIT_MS), 1);
+	/* Past the near deadlines: no cancelled callback ran. */
+	t_sleep_ms(500);
+	for (int i = 0; i < LIVE; i++)
+		ck_assert_int_eq(t_int(&tm[i].runs), 0);
+	ck_assert_int_eq(t_int(&b.calls), 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_uint_eq(t_check_identity(k, &tt).cancelled, LIVE);
+	ck_assert_uint_eq(t_pending(k), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	free(tm);
+	free(who);
+	free(ids);
+	free(results);
+}
+END_TEST
+
+/* Call-level errors cancel nothing and leave the results alone. */
+START_TEST(test_cancel_n_errors)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer t;
+	kairos_id id;
+	int result = 12345;
+
+	ck_assert_int_eq(t_arm(k, &tt, &t, 60 * T_SEC), 0);
+	id = t.id;
+	ck_assert_int_eq(kairos_cancel_n(NULL, &id, 1, &result), -EINVAL);
+	ck_assert_int_eq(kairos_cancel_n(k, NULL, 1, &result), -EINVAL);
+	ck_assert_int_eq(kairos_cancel_n(k, &id, (unsigned)INT_MAX + 1, &result), -EINVAL);
+	ck_assert_int_eq(result, 12345);
+	ck_assert_int_eq(kairos_cancel_n(k, NULL, 0, NULL), 0);
+	ck_assert_int_eq(kairos_cancel_n(k, &id, 0, &result), 0);
+	ck_assert_int_eq(result, 12345);
+	/* The timer is still pending: this cancel is the one that ends it. */
+	ck_assert_uint_eq(t_pending(k), 1);
+	ck_assert_int_eq(kairos_cancel_n(k, &id, 1, &result), 1);
+	t_book_cancel(&tt, &t, result);
+	ck_assert_int_eq(result, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	result = 12345;
+	ck_assert_int_eq(kairos_cancel_n(k, &id, 1, &result), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_cancel_n(k, NULL, 1, &result), -ESHUTDOWN);
+	ck_assert_int_eq(result, 12345);
+}
+END_TEST
+
 START_TEST(test_cancel_foreign_ids)
 {
 	enum { N = 100 };
@@ -837,6 +977,8 @@ int main(void)
 	tcase_add_test(tc, test_cancel_destroy_from_callback);
 	tcase_add_test(tc, test_cancel_fire_storm);
 	tcase_add_test(tc, test_cancel_stale_ids);
+	tcase_add_test(tc, test_cancel_n_mixed);
+	tcase_add_test(tc, test_cancel_n_errors);
 	tcase_add_test(tc, test_cancel_foreign_ids);
 	tcase_add_test(tc, test_cancel_sync_rss_flat);
 	tcase_add_test(tc, test_cancel_sync_other_destroy);

@@ -370,6 +370,22 @@ int kairos_arm_opts(struct kairos *k, uint64_t when_ns, const struct kairos_time
 int kairos_cancel(struct kairos *k, kairos_id id);
 
 /*
+ * kairos_cancel_n - kairos_cancel() of each of the @n timers in @ids, with
+ * the next records loaded while the current one is cancelled: for an event
+ * loop that closes many connections per wake-up.
+ * @results: NULL, or an array of @n that receives each timer's own
+ *           kairos_cancel() result (0, -EBUSY, -ENOENT, or -EINVAL for an
+ *           id of 0)
+ *
+ * Context: as kairos_cancel(); holds no lock.
+ * Return: how many timers were cancelled (>= 0: those whose result is 0);
+ * -EINVAL for a NULL @k, a NULL @ids with @n > 0 or an @n above INT_MAX;
+ * -ESHUTDOWN after kairos_destroy().  On these errors no timer is cancelled
+ * and @results is not written.
+ */
+int kairos_cancel_n(struct kairos *k, const kairos_id *ids, unsigned n, int *results);
+
+/*
  * kairos_cancel_sync - kairos_cancel(), but when the callback is running,
  * waits until it has returned.  After it returns the callback is not running
  * and never runs again.
