@@ -13,7 +13,8 @@
  *                     ms; then the same through kairos_reset_at() (no clock
  *                     read) and kairos_reset_n() (64 ids a call).
  *   push-earlier      kairos_reset() to 2 ms + U[1, 1000] ms before that.
- *   cancel            kairos_cancel() (random order); each must return 0.
+ *   cancel            kairos_cancel() (random order); each must return 0;
+ *                     then, after N more arms, kairos_cancel_n() (64 ids a call).
  *   CAS, clock+CAS    floors: one atomic CAS on a random 64-byte slot per
  *                     op, alone and after a clock_gettime().  The vDSO orders
  *                     its TSC read after earlier loads, so the gap between
@@ -90,6 +91,7 @@ enum sb_row {
 	SB_LATER_N,
 	SB_EARLIER,
 	SB_CANCEL,
+	SB_CANCEL_N,
 	SB_FLOOR,
 	SB_FLOOR_CLOCK,
 	SB_EXP_RATE,
@@ -132,6 +134,7 @@ static const struct sb_row_info {
 	[SB_LATER_N] = { "push-later (reset_n, 64)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EARLIER] = { "push-earlier", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
+	[SB_CANCEL_N] = { "cancel (cancel_n, 64)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_FLOOR_CLOCK] = { "clock+CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EXP_RATE] = { "expiry", "M/s", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
@@ -443,7 +446,7 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 	return (double)(t1 - t0) / (double)n;
 }
 
-#define SB_BATCH	64u	/* ids per kairos_reset_n() call */
+#define SB_BATCH	64u	/* ids per kairos_reset_n() or kairos_cancel_n() call */
 
 /*
  * N pushes in list order through kairos_reset_n(), SB_BATCH ids a call:
@@ -515,6 +518,24 @@ static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
 		}
 		bench_die("kairos_cancel of a pending timer did not return 0");
 	}
+	return (double)(t1 - t0) / (double)n;
+}
+
+/* N cancels in list order through kairos_cancel_n(), SB_BATCH ids a call. */
+static double sb_cancel_n_all(struct kairos *k, struct sb_lists *l)
+{
+	const kairos_id *id = l->op_id;
+	size_t n = l->n;
+	uint64_t t0, t1;
+	int done = 0;
+
+	t0 = bench_now_ns();
+	for (size_t i = 0; i < n; i += SB_BATCH)
+		done += kairos_cancel_n(k, &id[i], (unsigned)(n - i < SB_BATCH ? n - i : SB_BATCH),
+					NULL);
+	t1 = bench_now_ns();
+	if ((size_t)done != n)
+		bench_die("cancel (cancel_n): %d of %zu cancelled", done, n);
 	return (double)(t1 - t0) / (double)n;
 }
 
@@ -635,6 +656,16 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	bench_settle();
 	sb_expect(k, 2 * n, 2 * n, 0, "cancel");
 	sb_no_strays("cancel");
+
+	/* Untimed: N more, then the same cancels in batches. */
+	sb_arm_all(k, l);
+	bench_settle();
+	sb_op_ids(l, r);
+	sb_progress(n, label, "cancel (cancel_n, 64)");
+	row[SB_CANCEL_N] = sb_cancel_n_all(k, l);
+	bench_settle();
+	sb_expect(k, 3 * n, 3 * n, 0, "cancel (cancel_n)");
+	sb_no_strays("cancel (cancel_n)");
 
 	sb_progress(n, label, "floors");
 	row[SB_FLOOR] = bench_cas_floor(l->slots, l->order, l->n, BENCH_FLOOR_CAS, 0);
@@ -1490,8 +1521,9 @@ static void sb_print_legend(const struct sb_opts *o)
 	sb_destroy(k, 0, "legend");
 	printf("%sarm: delays U[10,60] s, fresh pool, then again on the recycled pool; pushes "
 	       "+U[1,1000] ms, then -(2 ms + U[1,1000] ms);\n", pre);
-	printf("%scancel: every one returns 0; CAS (floor) = one atomic CAS on a random 64-byte "
-	       "slot per op, clock+CAS: after a clock_gettime();\n", pre);
+	printf("%scancel: every one returns 0; cancel_n: N more armed, then cancelled %u a call; "
+	       "CAS (floor) = one atomic CAS\n", pre, SB_BATCH);
+	printf("%s  on a random 64-byte slot per op, clock+CAS: after a clock_gettime();\n", pre);
 	printf("%sexpiry: N due over 50 ms, first to last callback; lateness: %u timers U[1,200] "
 	       "ms with N pending,\n", pre, SB_LAT_TIMERS);
 	printf("%s  CLOCK_MONOTONIC at the callback - (kairos_now() + delay); (stats): from the "
