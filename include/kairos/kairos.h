@@ -377,7 +377,9 @@ int kairos_cancel(struct kairos *k, kairos_id id);
  *           kairos_cancel() result (0, -EBUSY, -ENOENT, or -EINVAL for an
  *           id of 0)
  *
- * Context: as kairos_cancel(); holds no lock.
+ * Context: as kairos_cancel(); holds no lock.  The whole batch is one RCU
+ * read-side section, which holds back the recycling of ended records: split
+ * batches of a million (tens of ms) into smaller ones.
  * Return: how many timers were cancelled (>= 0: those whose result is 0);
  * -EINVAL for a NULL @k, a NULL @ids with @n > 0 or an @n above INT_MAX;
  * -ESHUTDOWN after kairos_destroy().  On these errors no timer is cancelled
@@ -440,6 +442,7 @@ int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns);
  *
  * Context: as kairos_reset(); holds no lock, and it may spin for a few
  * instructions per timer that another thread is resetting at that moment.
+ * The whole batch is one RCU read-side section, as for kairos_cancel_n().
  * Return: how many timers were moved (>= 0); -EINVAL for a NULL @k, a NULL
  * @ids with @n > 0 or an @n above INT_MAX; -EOVERFLOW when now + @delay_ns
  * overflows; -ESHUTDOWN after kairos_destroy().  On these errors no timer
