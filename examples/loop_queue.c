@@ -11,8 +11,10 @@
  * stops after 300 ms and must time out.  Each wake-up handles its I/O
  * before its timeouts, and a reset withdraws a timeout that expired but
  * waits untaken, so however late the loop runs, a connection that showed
- * life is kept.  Exits 1 if a busy connection timed out, a quiet one did
- * not, or a timeout came early.
+ * life is kept.  At the end the busy ones close together, their timeouts
+ * cancelled in one call (kairos_cancel_n).  Exits 1 if a busy connection
+ * timed out or did not close, a quiet one did not time out, or a timeout
+ * came early.
  *
  *	cc loop_queue.c $(pkg-config --cflags --libs kairos) -o loop_queue
  */
@@ -74,13 +76,42 @@ static void on_idle(void *arg, kairos_id id, int status)
 	free(c);
 }
 
+/*
+ * Shutting down: closes the open connections, all their timeouts in one
+ * call.  Returns how many it closed before their timeouts ran.
+ */
+static int close_all(void)
+{
+	static kairos_id ids[CONNS];
+	static struct conn *open[CONNS];
+	static int results[CONNS];
+	unsigned n = 0;
+	int closed = 0;
+
+	for (int i = 0; i < CONNS; i++)
+		if (conns[i]) {
+			open[n] = conns[i];
+			ids[n++] = conns[i]->timeout;
+		}
+	if (kairos_cancel_n(k, ids, n, results) < 0) {
+		fprintf(stderr, "kairos_cancel_n failed\n");
+		return 0;
+	}
+	for (unsigned i = 0; i < n; i++)
+		if (results[i] == 0) {
+			free(open[i]);	/* closed: its timeout never runs */
+			closed++;
+		}
+	return closed;
+}
+
 int main(void)
 {
 	struct kairos_timer_opts opts = { 0 };
 	struct itimerspec tick = { .it_interval.tv_nsec = 10000000, .it_value.tv_nsec = 10000000 };
 	struct epoll_event ev = { .events = EPOLLIN };
 	struct kairos_queue *q;
-	int ep, tfd, qfd, rc, quiet = 0;
+	int ep, tfd, qfd, rc, quiet = 0, closed;
 	uint64_t start;
 
 	rc = kairos_create(NULL, &k);
@@ -151,14 +182,13 @@ int main(void)
 			kairos_queue_run(q, 256);
 	}
 
-	for (int i = 0; i < CONNS; i++)
-		if (conns[i] && kairos_cancel(k, conns[i]->timeout) == 0)
-			free(conns[i]);	/* closed: its timeout never runs */
-	printf("quiet timed out: %d of %d; busy timed out: %d; early: %d\n", quiet_timeouts, quiet,
-	       busy_timeouts, early);
+	closed = close_all();
+	printf("quiet timed out: %d of %d; busy timed out: %d; early: %d; busy closed: %d\n",
+	       quiet_timeouts, quiet, busy_timeouts, early, closed);
 	kairos_queue_destroy(q);
 	kairos_destroy(k, KAIROS_DRAIN_DROP);
 	close(tfd);
 	close(ep);
-	return quiet_timeouts == quiet && busy_timeouts == 0 && early == 0 ? 0 : 1;
+	return quiet_timeouts == quiet && busy_timeouts == 0 && early == 0 &&
+	       closed == CONNS - quiet ? 0 : 1;
 }
