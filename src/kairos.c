@@ -873,8 +873,13 @@ void cancel_for_key(struct kairos *k, kairos_id id)
 	(void)cancel(k, ts_mine(k), id, &seen);
 }
 
-/* Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
-static int enter_id(struct kairos *k, kairos_id id)
+/*
+ * Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the
+ * section.  Inline in each: at 1e6 pending a call's length decides how many
+ * record misses overlap (docs/BENCHMARKS.md), and the compiler kept it out
+ * of line once kairos_cancel() grew.
+ */
+static inline __attribute__((always_inline)) int enter_id(struct kairos *k, kairos_id id)
 {
 	int rc;
 
@@ -890,6 +895,8 @@ static int enter_id(struct kairos *k, kairos_id id)
 
 KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 {
+	struct shard *s = NULL;
+	struct rec *r;
 	struct tstate *t;
 	uint64_t seen;
 	int rc;
@@ -902,9 +909,11 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	/*
 	 * A state joined before the section is still this thread's on @k
 	 * inside it: only a destroy takes it away, and the section saw @k
-	 * alive (ts_for()).
+	 * alive (ts_for()).  The cancel is inline here, as the arm is in
+	 * kairos_arm().
 	 */
-	rc = cancel(k, t, id, &seen);
+	r = table_lookup(k, id, &s);
+	rc = cancel_rec(k, t, id, s, r, &seen);
 	service_leave();
 	return rc;
 }
