@@ -160,8 +160,8 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 
 		if (st_gen(*old) != gen)
 			return -ENOENT;
-		switch (st_of(*old)) {
-		case ST_PENDING:
+		/* The common case first: one test, not the switch's jump table. */
+		if (__builtin_expect(st_of(*old) == ST_PENDING, 1)) {
 			/*
 			 * Posted, so that the shard unlinks it now, not when
 			 * its slot comes; filed by value, it is in no list and
@@ -171,7 +171,7 @@ static inline int timer_cancel(struct rec *r, uint32_t gen, uint64_t *old, uint6
 			want = st_with(*old & ~ST_FAR, ST_CANCELLED);
 			if (!keep || !(*old & ST_FAR))
 				want |= ST_QUEUED;
-			break;
+		} else switch (st_of(*old)) {
 		case ST_FIRING:
 		case ST_PARKED:
 			/*
