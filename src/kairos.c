@@ -420,6 +420,39 @@ __attribute__((always_inline)) inline void service_leave(void)
 	rcu_read_unlock();
 }
 
+/*
+ * Enters a call whose arguments, but for @k, are @valid or not: -EINVAL for
+ * a NULL @k, -ESHUTDOWN for a destroyed one whatever else is wrong, then
+ * -EINVAL for arguments not @valid; else 0 inside the section.  Inline in
+ * each call: at 1e6 pending a call's length decides how many record misses
+ * overlap (docs/BENCHMARKS.md), and the compiler kept it out of line once
+ * kairos_cancel() grew.
+ */
+static inline __attribute__((always_inline)) int enter_valid(struct kairos *k, bool valid)
+{
+	int rc;
+
+	if (!k)
+		return -EINVAL;
+	rc = service_enter(k);
+	if (!rc && !valid) {
+		service_leave();
+		rc = -EINVAL;
+	}
+	return rc;
+}
+
+/*
+ * The calling thread's state on @k, joined if need be, so that what the
+ * call counts is the thread's own; NULL for a NULL or destroyed @k, or a
+ * thread that cannot join.  Called before the read-side section: joining
+ * may take a lock.
+ */
+static inline struct tstate *ts_join(struct kairos *k)
+{
+	return k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
+}
+
 /* Reserves a place under max_timers; false (and counted) when full. */
 static bool reserve(struct kairos *k)
 {
@@ -679,7 +712,7 @@ arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const struct arm_req 
 	if (!k)
 		return -EINVAL;
 	/* The thread's state is joined outside the section (it may lock). */
-	t = atomic_load_explicit(&k->dead, memory_order_relaxed) ? NULL : ts_for(k);
+	t = ts_join(k);
 	/* So are the workers, for the first timer that needs them. */
 	if (!q && fn && (rc = staff(k)) != 0)
 		goto out_free;
@@ -814,7 +847,7 @@ cancel_rec(struct kairos *k, struct tstate *t, kairos_id id, struct shard *s, st
 	   uint64_t *seen)
 {
 	uint64_t old;
-	bool keep;
+	bool keep, unlink;
 	int rc;
 
 	r = lookup_rec(r, id, &old);
@@ -829,8 +862,6 @@ cancel_rec(struct kairos *k, struct tstate *t, kairos_id id, struct shard *s, st
 	rc = timer_cancel(r, id_gen(id), &old, seen, keep);
 	if (rc)
 		return rc;
-	/* Ended: its key is free as this returns. */
-	key_release(k, r);
 	/* This thread's own count when it is on @k, else the shared one. */
 	if (t)
 		ts_bump(&t->cancelled);
@@ -846,14 +877,17 @@ cancel_rec(struct kairos *k, struct tstate *t, kairos_id id, struct shard *s, st
 	 * Filed by value, it is in no list (its entries go stale), so the
 	 * shard would only retire it: a thread of its shard retires it itself
 	 * (table_keep()).  A cancel never waits for a shard that is behind:
-	 * it adds no record.
+	 * it adds no record.  Ended, its key is free as this returns: a kept
+	 * record's bundle frees it (rbundle_link()), the others here.
 	 */
-	if (st_of(old) == ST_PENDING && !(old & ST_QUEUED)) {
-		if (keep && (old & ST_FAR))
-			table_keep(k, t, r, id_gen(id));
-		else
-			(void)shard_post(s, r, UINT64_MAX);
+	unlink = st_of(old) == ST_PENDING && !(old & ST_QUEUED);
+	if (unlink && keep && (old & ST_FAR)) {
+		table_keep(k, t, r, id_gen(id));
+		return 0;
 	}
+	key_release(k, r);
+	if (unlink)
+		(void)shard_post(s, r, UINT64_MAX);
 	return 0;
 }
 
@@ -873,26 +907,6 @@ void cancel_for_key(struct kairos *k, kairos_id id)
 	(void)cancel(k, ts_mine(k), id, &seen);
 }
 
-/*
- * Enters a call that takes an id: -EINVAL, -ESHUTDOWN, or 0 inside the
- * section.  Inline in each: at 1e6 pending a call's length decides how many
- * record misses overlap (docs/BENCHMARKS.md), and the compiler kept it out
- * of line once kairos_cancel() grew.
- */
-static inline __attribute__((always_inline)) int enter_id(struct kairos *k, kairos_id id)
-{
-	int rc;
-
-	if (!k)
-		return -EINVAL;
-	rc = service_enter(k);
-	if (!rc && !id) {
-		service_leave();
-		rc = -EINVAL;
-	}
-	return rc;
-}
-
 KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 {
 	struct shard *s = NULL;
@@ -901,9 +915,8 @@ KAIROS_EXPORT int kairos_cancel(struct kairos *k, kairos_id id)
 	uint64_t seen;
 	int rc;
 
-	/* So that the count is this thread's own; NULL when it cannot join. */
-	t = k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
-	rc = enter_id(k, id);
+	t = ts_join(k);
+	rc = enter_valid(k, id != 0);
 	if (rc)
 		return rc;
 	/*
@@ -954,7 +967,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	uint64_t seen;
 	int rc;
 
-	rc = enter_id(k, id);
+	rc = enter_valid(k, id != 0);
 	if (rc)
 		return rc;
 	rc = cancel(k, ts_mine(k), id, &seen);
@@ -1081,7 +1094,7 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	uint64_t deadline_ns;
 	int rc;
 
-	rc = enter_id(k, id);
+	rc = enter_valid(k, id != 0);
 	if (rc)
 		return rc;
 	/*
@@ -1101,7 +1114,7 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
 {
 	int rc;
 
-	rc = enter_id(k, id);
+	rc = enter_valid(k, id != 0);
 	if (rc)
 		return rc;
 	rc = reset(k, id, deadline_ns);
@@ -1164,19 +1177,10 @@ batch_run(struct kairos *k, const kairos_id *ids, unsigned n, const struct batch
 	return done;
 }
 
-/* Enters a batch call: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
-static int enter_batch(struct kairos *k, const kairos_id *ids, unsigned n)
+/* A batch call's arguments: @n ids at @ids. */
+static inline bool batch_valid(const kairos_id *ids, unsigned n)
 {
-	int rc;
-
-	if (!k)
-		return -EINVAL;
-	rc = service_enter(k);
-	if (!rc && ((!ids && n) || n > INT_MAX)) {
-		service_leave();
-		rc = -EINVAL;
-	}
-	return rc;
+	return (ids || !n) && n <= INT_MAX;
 }
 
 KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigned n,
@@ -1185,7 +1189,7 @@ KAIROS_EXPORT int kairos_reset_n(struct kairos *k, const kairos_id *ids, unsigne
 	struct batch_op op = { .cancel = false };
 	int rc;
 
-	rc = enter_batch(k, ids, n);
+	rc = enter_valid(k, batch_valid(ids, n));
 	if (rc)
 		return rc;
 	/* One clock read for the whole batch. */
@@ -1203,9 +1207,8 @@ KAIROS_EXPORT int kairos_cancel_n(struct kairos *k, const kairos_id *ids, unsign
 	struct batch_op op = { .cancel = true };
 	int rc;
 
-	/* As kairos_cancel(): the thread's own state, looked at once. */
-	op.t = k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
-	rc = enter_batch(k, ids, n);
+	op.t = ts_join(k);
+	rc = enter_valid(k, batch_valid(ids, n));
 	if (rc)
 		return rc;
 	rc = batch_run(k, ids, n, &op, results);
@@ -1240,28 +1243,12 @@ static int key_apply(struct kairos *k, const void *key, size_t len, enum key_op 
 	return rc;
 }
 
-/* Enters a key call: -EINVAL, -ESHUTDOWN, or 0 inside the section. */
-static int enter_key(struct kairos *k, const void *key, size_t len)
-{
-	int rc;
-
-	if (!k)
-		return -EINVAL;
-	rc = service_enter(k);
-	if (!rc && key_check(key, len)) {
-		service_leave();
-		rc = -EINVAL;
-	}
-	return rc;
-}
-
 KAIROS_EXPORT int kairos_key_cancel(struct kairos *k, const void *key, size_t len)
 {
 	int rc;
 
-	if (k && !atomic_load_explicit(&k->dead, memory_order_relaxed))
-		(void)ts_for(k);	/* so that the count is this thread's own */
-	rc = enter_key(k, key, len);
+	(void)ts_join(k);
+	rc = enter_valid(k, key_check(key, len) == 0);
 	if (rc)
 		return rc;
 	rc = key_apply(k, key, len, KEY_CANCEL, 0);
@@ -1275,7 +1262,7 @@ KAIROS_EXPORT int kairos_key_reset(struct kairos *k, const void *key, size_t len
 	uint64_t deadline_ns;
 	int rc;
 
-	rc = enter_key(k, key, len);
+	rc = enter_valid(k, key_check(key, len) == 0);
 	if (rc)
 		return rc;
 	if (clock_add_overflows(service_now(k), delay_ns, &deadline_ns))
@@ -1290,7 +1277,7 @@ KAIROS_EXPORT int kairos_key_find(struct kairos *k, const void *key, size_t len,
 {
 	int rc;
 
-	rc = enter_key(k, key, len);
+	rc = enter_valid(k, key_check(key, len) == 0);
 	if (rc)
 		return rc;
 	rc = out ? key_lookup(k, key, len, out) : -EINVAL;
@@ -1356,7 +1343,7 @@ KAIROS_EXPORT int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns)
 	struct rec *r;
 	int rc;
 
-	rc = enter_id(k, id);
+	rc = enter_valid(k, id != 0);
 	if (rc)
 		return rc;
 	if (!ns) {
