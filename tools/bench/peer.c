@@ -227,10 +227,22 @@ static void pb_unmap(void *p, size_t size)
 		bench_die("munmap failed");
 }
 
+/*
+ * --settle-all: the columns without threads of their own pause before each
+ * timed phase as kairos's do (bench_settle(): one 5 ms sleep when nothing
+ * else runs), so that every column starts each phase after the same pause.
+ * Some virtual machines lose a core's caches within milliseconds
+ * (docs/BENCHMARKS.md), so a column timed straight after its previous phase
+ * finds its memory warmer than one timed after a sleep.
+ */
+static bool pb_settle_all;
+
 static void pb_quiesce(const struct pb_impl *im)
 {
 	if (im->quiesce)
 		im->quiesce();
+	else if (pb_settle_all)
+		bench_settle();
 }
 
 #if defined(HAVE_LIBEV) || defined(HAVE_LIBUV) || defined(HAVE_LIBEVENT)
@@ -1896,6 +1908,13 @@ static void pb_print_legend(const struct pb_opts *o)
 	else
 		printf("%sThe calling thread is not pinned: kairos_arm() takes records from the "
 		       "pool of the shard of the CPU it first armed from.\n", pre);
+	if (pb_settle_all)
+		printf("%sEvery column pauses before each timed phase (--settle-all): a sleep "
+		       "of 5 ms at least, until the process is quiet.\n", pre);
+	else
+		printf("%sColumns with threads of their own (kairos) pause before each timed "
+		       "phase until those threads are quiet; the loops do not (--settle-all).\n",
+		       pre);
 	if (pb_cycles > 1)
 		printf("%sThe cancel, idle, arm and push-later rows ran %u times in a row on each "
 		       "instance; each shows its last time (--cycles).\n", pre, pb_cycles);
@@ -1954,7 +1973,7 @@ static void pb_usage(FILE *f)
 	fprintf(f,
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
-		"                         [--cycles K]\n"
+		"                         [--cycles K] [--settle-all]\n"
 		"\n"
 		"The same workloads on kairos, kairos-loop, libev, libuv, libevent (those\n"
 		"found at build time) and one timerfd per timer, each value with its ratio\n"
@@ -1978,6 +1997,8 @@ static void pb_usage(FILE *f)
 		"  --cycles K     run the cancel, idle, arm and push-later rows K times in a\n"
 		"                 row on each instance and report the last (1..%u,\n"
 		"                 default 1: a fresh instance's first pass)\n"
+		"  --settle-all   pause every column before each timed phase, as kairos's\n"
+		"                 are (default: only the columns with threads of their own)\n"
 		"  -h, --help     this text\n"
 		"\n"
 		"libevent runs with its default flags (CLOCK_MONOTONIC_COARSE); set\n"
@@ -2038,6 +2059,7 @@ int pb_main(int argc, char **argv)
 		{ "plot", required_argument, NULL, 'p' },
 		{ "pin", required_argument, NULL, 'P' },
 		{ "cycles", required_argument, NULL, 'C' },
+		{ "settle-all", no_argument, NULL, 'S' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pb_opts o = { .b = { .seed = 1 } };
@@ -2061,6 +2083,9 @@ int pb_main(int argc, char **argv)
 			break;
 		case 'C':
 			pb_cycles = (unsigned)opt_u64("--cycles", optarg, 1, PB_MAX_CYCLES);
+			break;
+		case 'S':
+			pb_settle_all = true;
 			break;
 		case 'h':
 			pb_usage(stdout);
