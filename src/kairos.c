@@ -1124,11 +1124,12 @@ KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadl
 
 /*
  * How many records ahead a batch call (kairos_reset_n(), kairos_cancel_n())
- * starts loading.  A record is one cache line at a random address; eight
- * misses in flight cover the latency of one on this machine without
- * evicting what the loop still needs.
+ * starts loading.  A record is one cache line at a random address, and
+ * each id's work lies between one load and the next: sixteen in flight
+ * cover a memory latency of 250 ns (measured on a virtual machine) where
+ * eight left the loop waiting (docs/BENCHMARKS.md, "A second machine").
  */
-#define BATCH_AHEAD	8
+#define BATCH_AHEAD	16
 
 /* What a batch call does to each of its timers. */
 struct batch_op {
