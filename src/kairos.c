@@ -1110,6 +1110,25 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 	return rc;
 }
 
+/*
+ * Only the record's address: table_lookup() reads the shard's directory,
+ * which stays in cache, and never the record, whose miss is what the
+ * caller wants started.  A stale id loads a line that the call after it
+ * will find has moved on; no harm beyond the load.
+ */
+KAIROS_EXPORT int kairos_prefetch(struct kairos *k, kairos_id id)
+{
+	struct shard *s;
+	int rc;
+
+	rc = enter_valid(k, id != 0);
+	if (rc)
+		return rc;
+	rc = prefetch_rec(k, id, &s) ? 0 : -ENOENT;
+	service_leave();
+	return rc;
+}
+
 KAIROS_EXPORT int kairos_reset_at(struct kairos *k, kairos_id id, uint64_t deadline_ns)
 {
 	int rc;

@@ -662,6 +662,65 @@ START_TEST(test_cancel_n_errors)
 }
 END_TEST
 
+/*
+ * kairos_prefetch() changes nothing: prefetched timers stay pending, the
+ * counters do not move, a prefetched timer still fires once and never
+ * early, and the cancels after it end their timers as without it.  Its
+ * errors: ids that cannot name a record, a NULL service, id 0, a destroyed
+ * service.
+ */
+START_TEST(test_prefetch)
+{
+	enum { N = 64 };
+	struct kairos_config c = t_cfg(2, 1);
+	struct kairos *k = t_create(&c);
+	struct t_timer far[N], near;
+	struct kairos_stats before, after;
+	kairos_id bad_shard, bad_slot;
+
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &far[i], (10 + (uint64_t)i) * T_SEC), 0);
+	ck_assert_int_eq(t_arm(k, &tt, &near, 30 * T_MS), 0);
+	ck_assert_int_eq(kairos_stats(k, &before), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(kairos_prefetch(k, far[i].id), 0);
+	ck_assert_int_eq(kairos_prefetch(k, near.id), 0);
+	ck_assert_int_eq(kairos_stats(k, &after), 0);
+	ck_assert_uint_eq(after.armed, before.armed);
+	ck_assert_uint_eq(after.cancelled, before.cancelled);
+	ck_assert_uint_eq(after.pending, N + 1);
+	/* The near one fires once, not early, prefetched or not. */
+	t_wait_fired(1);
+	ck_assert_int_eq(near.runs, 1);
+	/* Its id is stale now: the slot exists (0), the timer does not. */
+	ck_assert_int_eq(kairos_prefetch(k, near.id), 0);
+	ck_assert_int_eq(kairos_cancel(k, near.id), -ENOENT);
+	/* Each prefetched far timer is cancelled by the next call, once. */
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(kairos_prefetch(k, far[i].id), 0);
+		ck_assert_int_eq(t_cancel(k, &tt, &far[i]), 0);
+		ck_assert_int_eq(t_cancel(k, &tt, &far[i]), -ENOENT);
+	}
+	t_check_calls(&tt, 0);
+	ck_assert_uint_eq(t_check_identity(k, &tt).cancelled, N);
+	ck_assert_uint_eq(t_pending(k), 0);
+	/*
+	 * Ids that cannot name a record of k: the last shard number with only
+	 * two shards, and slot 0 of a block (a block's header, never a timer).
+	 */
+	bad_shard = (far[0].id & ~(kairos_id)0xff000000u) | (kairos_id)0xff000000u;
+	bad_slot = far[0].id & ~(kairos_id)0xfffu;
+	ck_assert_int_eq(kairos_prefetch(k, bad_shard), -ENOENT);
+	ck_assert_int_eq(kairos_prefetch(k, bad_slot), -ENOENT);
+	ck_assert_int_eq(kairos_cancel(k, bad_shard), -ENOENT);
+	ck_assert_int_eq(kairos_prefetch(NULL, far[0].id), -EINVAL);
+	ck_assert_int_eq(kairos_prefetch(k, 0), -EINVAL);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_prefetch(k, far[0].id), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_prefetch(k, 0), -ESHUTDOWN);
+}
+END_TEST
+
 START_TEST(test_cancel_foreign_ids)
 {
 	enum { N = 100 };
@@ -979,6 +1038,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel_stale_ids);
 	tcase_add_test(tc, test_cancel_n_mixed);
 	tcase_add_test(tc, test_cancel_n_errors);
+	tcase_add_test(tc, test_prefetch);
 	tcase_add_test(tc, test_cancel_foreign_ids);
 	tcase_add_test(tc, test_cancel_sync_rss_flat);
 	tcase_add_test(tc, test_cancel_sync_other_destroy);
