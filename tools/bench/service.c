@@ -11,10 +11,13 @@
  *                     records in a scattered order, a server's steady state.
  *   push-later        kairos_reset() (random order) to deadline + U[1, 1000]
  *                     ms; then the same through kairos_reset_at() (no clock
- *                     read) and kairos_reset_n() (64 ids a call).
+ *                     read), kairos_reset_n() (64 ids a call), and
+ *                     kairos_reset() after a kairos_prefetch() 16 ids ahead.
  *   push-earlier      kairos_reset() to 2 ms + U[1, 1000] ms before that.
  *   cancel            kairos_cancel() (random order); each must return 0;
- *                     then, after N more arms, kairos_cancel_n() (64 ids a call).
+ *                     then, after N more arms each time, kairos_cancel_n()
+ *                     (64 ids a call), and kairos_cancel() after a
+ *                     kairos_prefetch() 16 ids ahead.
  *   CAS, clock+CAS    floors: one atomic CAS on a random 64-byte slot per
  *                     op, alone and after a clock_gettime().  The vDSO orders
  *                     its TSC read after earlier loads, so the gap between
@@ -89,9 +92,11 @@ enum sb_row {
 	SB_LATER,
 	SB_LATER_AT,
 	SB_LATER_N,
+	SB_LATER_PF,
 	SB_EARLIER,
 	SB_CANCEL,
 	SB_CANCEL_N,
+	SB_CANCEL_PF,
 	SB_FLOOR,
 	SB_FLOOR_CLOCK,
 	SB_EXP_RATE,
@@ -132,9 +137,11 @@ static const struct sb_row_info {
 	[SB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, SB_LE, 30 },
 	[SB_LATER_AT] = { "push-later (reset_at)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_LATER_N] = { "push-later (reset_n, 64)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_LATER_PF] = { "push-later (prefetch, 16)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EARLIER] = { "push-earlier", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, SB_LE, 60 },
 	[SB_CANCEL_N] = { "cancel (cancel_n, 64)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
+	[SB_CANCEL_PF] = { "cancel (prefetch, 16)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_FLOOR] = { "CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_FLOOR_CLOCK] = { "clock+CAS (floor)", "ns/op", 1, BENCH_MEDIAN, SB_NO_GOAL, 0 },
 	[SB_EXP_RATE] = { "expiry", "M/s", 2, BENCH_MEDIAN, SB_NO_GOAL, 0 },
@@ -424,7 +431,7 @@ static double sb_arm_all(struct kairos *k, struct sb_lists *l)
  * from the clock read at its block's first op, so its new deadline lies in
  * [op_abs[i], op_abs[i] + the block's span].
  */
-static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *what)
+static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *what, size_t ahead)
 {
 	const kairos_id *id = l->op_id;
 	const uint64_t *target = l->op_abs;
@@ -434,9 +441,13 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 	int err = 0;
 
 	t0 = bench_now_ns();
+	for (size_t i = 0; i < n && i < ahead; i++)
+		kairos_prefetch(k, id[i]);
 	for (size_t i = 0; i < n; i++) {
 		if (i % SB_BLOCK == 0)
 			now = stamp[i / SB_BLOCK] = bench_now_ns();
+		if (ahead && i + ahead < n)
+			kairos_prefetch(k, id[i + ahead]);
 		err |= kairos_reset(k, id[i], target[i] - now);
 	}
 	t1 = bench_now_ns();
@@ -447,6 +458,7 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 }
 
 #define SB_BATCH	64u	/* ids per kairos_reset_n() or kairos_cancel_n() call */
+#define SB_AHEAD	16u	/* how far ahead the prefetch rows call kairos_prefetch() */
 
 /*
  * N pushes in list order through kairos_reset_n(), SB_BATCH ids a call:
@@ -497,7 +509,7 @@ static double sb_reset_at_all(struct kairos *k, struct sb_lists *l)
 	return (double)(t1 - t0) / (double)n;
 }
 
-static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
+static double sb_cancel_all(struct kairos *k, struct sb_lists *l, size_t ahead)
 {
 	const kairos_id *id = l->op_id;
 	size_t n = l->n;
@@ -505,8 +517,13 @@ static double sb_cancel_all(struct kairos *k, struct sb_lists *l)
 	int err = 0;
 
 	t0 = bench_now_ns();
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && i < ahead; i++)
+		kairos_prefetch(k, id[i]);
+	for (size_t i = 0; i < n; i++) {
+		if (ahead && i + ahead < n)
+			kairos_prefetch(k, id[i + ahead]);
 		err |= kairos_cancel(k, id[i]);
+	}
 	t1 = bench_now_ns();
 	if (err) {
 		/* Find one, untimed, to say what it returned. */
@@ -561,6 +578,21 @@ static void sb_expect(struct kairos *k, uint64_t armed, uint64_t cancelled, uint
 			  st.early, armed, cancelled, pending);
 }
 
+/*
+ * A new op order, each op's target a push past its timer's lower bound
+ * (lo[], exact after a call that took no clock), which becomes the new one.
+ */
+static void sb_later_from_lo(struct sb_lists *l, struct rng *r)
+{
+	sb_op_ids(l, r);
+	for (size_t i = 0; i < l->n; i++) {
+		size_t t = l->order[i];
+
+		l->op_abs[i] = l->lo[t] + sb_push(r);
+		l->lo[t] = l->op_abs[i];
+	}
+}
+
 static void sb_progress(size_t n, const char *label, const char *phase)
 {
 	bench_progress("kairos-bench service: N=%zu %s %s", n, label, phase);
@@ -582,7 +614,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	bench_settle();
 	/* Untimed: cancel them all, so that their records return to the pool. */
 	sb_op_ids(l, r);
-	sb_cancel_all(k, l);
+	sb_cancel_all(k, l, 0);
 	bench_settle();
 	sb_expect(k, n, n, 0, "arm (fresh pool)");
 
@@ -600,18 +632,12 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 		l->lo[t] = l->op_abs[i];
 	}
 	sb_progress(n, label, "push-later");
-	row[SB_LATER] = sb_reset_all(k, l, "push-later");
+	row[SB_LATER] = sb_reset_all(k, l, "push-later", 0);
 	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-later");
 
 	/* Later again, to absolute deadlines: the same push without a clock read. */
-	sb_op_ids(l, r);
-	for (size_t i = 0; i < n; i++) {
-		size_t t = l->order[i];
-
-		l->op_abs[i] = l->lo[t] + sb_push(r);
-		l->lo[t] = l->op_abs[i];
-	}
+	sb_later_from_lo(l, r);
 	sb_progress(n, label, "push-later (reset_at)");
 	row[SB_LATER_AT] = sb_reset_at_all(k, l);
 	bench_settle();
@@ -632,6 +658,13 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	bench_settle();
 	sb_expect(k, 2 * n, n, n, "push-later (reset_n)");
 
+	/* Later again, one kairos_reset() each, the records loaded SB_AHEAD ids ahead. */
+	sb_later_from_lo(l, r);
+	sb_progress(n, label, "push-later (prefetch, 16)");
+	row[SB_LATER_PF] = sb_reset_all(k, l, "push-later (prefetch)", SB_AHEAD);
+	bench_settle();
+	sb_expect(k, 2 * n, n, n, "push-later (prefetch)");
+
 	/*
 	 * Earlier than the earliest each deadline can be, by 2 ms + U[1, 1000]
 	 * ms: by a whole tick at least, unless the block took 2 ms or more.
@@ -640,7 +673,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	for (size_t i = 0; i < n; i++)
 		l->op_abs[i] = l->lo[l->order[i]] - SB_EARLIER_PAD - sb_push(r);
 	sb_progress(n, label, "push-earlier");
-	row[SB_EARLIER] = sb_reset_all(k, l, "push-earlier");
+	row[SB_EARLIER] = sb_reset_all(k, l, "push-earlier", 0);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t span = l->stamp[i / SB_BLOCK + 1] - l->stamp[i / SB_BLOCK];
 
@@ -652,7 +685,7 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 
 	sb_op_ids(l, r);
 	sb_progress(n, label, "cancel");
-	row[SB_CANCEL] = sb_cancel_all(k, l);
+	row[SB_CANCEL] = sb_cancel_all(k, l, 0);
 	bench_settle();
 	sb_expect(k, 2 * n, 2 * n, 0, "cancel");
 	sb_no_strays("cancel");
@@ -666,6 +699,16 @@ static void sb_ops(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	bench_settle();
 	sb_expect(k, 3 * n, 3 * n, 0, "cancel (cancel_n)");
 	sb_no_strays("cancel (cancel_n)");
+
+	/* Untimed: N more, then one kairos_cancel() each, records loaded SB_AHEAD ahead. */
+	sb_arm_all(k, l);
+	bench_settle();
+	sb_op_ids(l, r);
+	sb_progress(n, label, "cancel (prefetch, 16)");
+	row[SB_CANCEL_PF] = sb_cancel_all(k, l, SB_AHEAD);
+	bench_settle();
+	sb_expect(k, 4 * n, 4 * n, 0, "cancel (prefetch)");
+	sb_no_strays("cancel (prefetch)");
 
 	sb_progress(n, label, "floors");
 	row[SB_FLOOR] = bench_cas_floor(l->slots, l->order, l->n, BENCH_FLOOR_CAS, 0);
@@ -1522,7 +1565,9 @@ static void sb_print_legend(const struct sb_opts *o)
 	printf("%sarm: delays U[10,60] s, fresh pool, then again on the recycled pool; pushes "
 	       "+U[1,1000] ms, then -(2 ms + U[1,1000] ms);\n", pre);
 	printf("%scancel: every one returns 0; cancel_n: N more armed, then cancelled %u a call; "
-	       "CAS (floor) = one atomic CAS\n", pre, SB_BATCH);
+	       "(prefetch, %u): one call each,\n", pre, SB_BATCH, SB_AHEAD);
+	printf("%s  kairos_prefetch() of the id %u ahead before each (push-later too); "
+	       "CAS (floor) = one atomic CAS\n", pre, SB_AHEAD);
 	printf("%s  on a random 64-byte slot per op, clock+CAS: after a clock_gettime();\n", pre);
 	printf("%sexpiry: N due over 50 ms, first to last callback; lateness: %u timers U[1,200] "
 	       "ms with N pending,\n", pre, SB_LAT_TIMERS);
