@@ -77,6 +77,7 @@
 enum pb_row {
 	PB_ARM,
 	PB_CANCEL,
+	PB_CANCEL_PF,
 	PB_PAIR,
 	PB_LATER,
 	PB_IDLE_ARM,
@@ -102,6 +103,7 @@ static const struct pb_row_info {
 } pb_rows[PB_NROWS] = {
 	[PB_ARM] = { "arm", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_CANCEL] = { "cancel", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_CANCEL_PF] = { "cancel, prefetch 16", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_PAIR] = { "arm+cancel", "ns/pair", 1, BENCH_MEDIAN, true },
 	[PB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_ARM] = { "idle arm", "ns/op", 1, BENCH_MEDIAN, true },
@@ -165,6 +167,18 @@ struct pb_impl {
 	 */
 	void (*idle_arm)(uint32_t slot);
 	void (*idle_push)(uint32_t slot);
+	/*
+	 * Optional (NULL: n/a): starts loading what a call on @slot will need,
+	 * as a loop does for the connections it handles next: kairos_prefetch(),
+	 * or a prefetch of the loop's own timer struct.
+	 */
+	void (*prefetch)(uint32_t slot);
+	/*
+	 * Optional, with prefetch(): what prefetch() itself reads, started
+	 * twice as far ahead (kairos: the id in the caller's own array, as a
+	 * server holds it in each connection's struct).
+	 */
+	void (*prefetch_first)(uint32_t slot);
 	/* Runs @fn(@arg) as a loop iteration's work, then what is due, no wait. */
 	void (*in_loop)(void (*fn)(void *), void *arg);
 	void (*wait)(void);		/* one iteration that may block for what is due */
@@ -371,6 +385,19 @@ static void pk_cancel(uint32_t slot)
 		bench_die("kairos_cancel of a pending timer: %s", strerror(-rc));
 }
 
+static void pk_prefetch_first(uint32_t slot)
+{
+	__builtin_prefetch(&pk_id[slot]);
+}
+
+static void pk_prefetch(uint32_t slot)
+{
+	int rc = kairos_prefetch(pk_k, pk_id[slot]);
+
+	if (rc)
+		bench_die("kairos_prefetch of a pending timer: %s", strerror(-rc));
+}
+
 static void pk_push_later(uint32_t slot, uint64_t delay_ns)
 {
 	int rc = kairos_reset(pk_k, pk_id[slot], delay_ns);
@@ -459,6 +486,8 @@ static const struct pb_impl pb_kairos = {
 	.cancel = pk_cancel,
 	.push_later = pk_push_later,
 	.idle_arm = pk_idle_arm,
+	.prefetch = pk_prefetch,
+	.prefetch_first = pk_prefetch_first,
 	.idle_push = pk_idle_push,
 	.in_loop = pk_in_loop,
 	.wait = pk_wait,
@@ -558,6 +587,8 @@ static const struct pb_impl pb_kairos_loop = {
 	.cancel = pk_cancel,
 	.push_later = pk_push_later,
 	.idle_arm = pq_idle_arm,
+	.prefetch = pk_prefetch,
+	.prefetch_first = pk_prefetch_first,
 	.idle_push = pk_idle_push,
 	.in_loop = pq_in_loop,
 	.wait = pq_wait,
@@ -603,6 +634,12 @@ static void pe_arm(uint32_t slot, uint64_t delay_ns)
 static void pe_cancel(uint32_t slot)
 {
 	ev_timer_stop(pe_loop, &pe_w[slot]);
+}
+
+/* What ev_timer_stop() reads first: the watcher (its heap node follows from it). */
+static void pe_prefetch(uint32_t slot)
+{
+	__builtin_prefetch(&pe_w[slot], 1);
 }
 
 /* The idle-timeout idiom of libev's manual: set repeat, then ev_timer_again. */
@@ -684,6 +721,7 @@ static const struct pb_impl pb_libev = {
 	.cancel = pe_cancel,
 	.push_later = pe_push_later,
 	.idle_arm = pe_idle_arm,
+	.prefetch = pe_prefetch,
 	.idle_push = pe_idle_push,
 	.in_loop = pe_in_loop,
 	.wait = pe_wait,
@@ -763,6 +801,11 @@ static void pu_cancel(uint32_t slot)
 		bench_die("uv_timer_stop: %s", uv_strerror(rc));
 }
 
+static void pu_prefetch(uint32_t slot)
+{
+	__builtin_prefetch(&pu_t[slot], 1);
+}
+
 /* uv_timer_start() on an active handle updates it. */
 static void pu_push_later(uint32_t slot, uint64_t delay_ns)
 {
@@ -825,6 +868,7 @@ static const struct pb_impl pb_libuv = {
 	.arm = pu_arm,
 	.cancel = pu_cancel,
 	.push_later = pu_push_later,
+	.prefetch = pu_prefetch,
 	.in_loop = pu_in_loop,
 	.wait = pu_wait,
 	.teardown = pu_teardown,
@@ -889,6 +933,11 @@ static void pv_cancel(uint32_t slot)
 {
 	if (evtimer_del(pv_ev[slot]) != 0)
 		bench_die("evtimer_del failed");
+}
+
+static void pv_prefetch(uint32_t slot)
+{
+	__builtin_prefetch(pv_ev[slot], 1);
 }
 
 /* evtimer_add() of a pending event reschedules it. */
@@ -958,6 +1007,7 @@ static const struct pb_impl pb_libevent = {
 	.arm = pv_arm,
 	.cancel = pv_cancel,
 	.push_later = pv_push_later,
+	.prefetch = pv_prefetch,
 	.in_loop = pv_in_loop,
 	.wait = pv_wait,
 	.teardown = pv_teardown,
@@ -1228,6 +1278,33 @@ static void pb_cancel_job(void *arg)
 	j->ns = bench_now_ns() - t0;
 }
 
+/* The cancel row's order, each call after a prefetch PB_PF_AHEAD slots ahead. */
+#define PB_PF_AHEAD	16u
+
+static void pb_cancel_pf_job(void *arg)
+{
+	struct pb_job *j = arg;
+	void (*cancel)(uint32_t) = j->im->cancel;
+	void (*pf)(uint32_t) = j->im->prefetch;
+	void (*pf1)(uint32_t) = j->im->prefetch_first;
+	const uint32_t *order = j->l->cancel_order;
+	size_t n = j->l->n;
+	uint64_t t0 = bench_now_ns();
+
+	for (size_t i = 0; pf1 && i < n && i < 2 * PB_PF_AHEAD; i++)
+		pf1(order[i]);
+	for (size_t i = 0; i < n && i < PB_PF_AHEAD; i++)
+		pf(order[i]);
+	for (size_t i = 0; i < n; i++) {
+		if (pf1 && i + 2 * PB_PF_AHEAD < n)
+			pf1(order[i + 2 * PB_PF_AHEAD]);
+		if (i + PB_PF_AHEAD < n)
+			pf(order[i + PB_PF_AHEAD]);
+		cancel(order[i]);
+	}
+	j->ns = bench_now_ns() - t0;
+}
+
 static void pb_later_job(void *arg)
 {
 	struct pb_job *j = arg;
@@ -1480,6 +1557,16 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 		im->in_loop(pb_later_job, &j);
 		row[PB_LATER] = (double)j.ns / (double)n;
 		pb_quiesce(im);
+
+		/* Cancelled again with prefetches ahead, then armed again (untimed). */
+		if (im->prefetch) {
+			pb_progress(im, n, label, "cancel, prefetch 16");
+			im->in_loop(pb_cancel_pf_job, &j);
+			row[PB_CANCEL_PF] = (double)j.ns / (double)n;
+			pb_quiesce(im);
+			im->in_loop(pb_arm_job, &j);
+			pb_quiesce(im);
+		}
 	}
 
 	pb_progress(im, n, label, "lateness");
@@ -1582,6 +1669,8 @@ static bool pb_has_row(size_t i, int row)
 {
 	if (row == PB_IDLE_ARM || row == PB_IDLE_LATER || row == PB_IDLE_CANCEL)
 		return pb_impls[i]->idle_arm != NULL;
+	if (row == PB_CANCEL_PF)
+		return pb_impls[i]->prefetch != NULL;
 	return true;
 }
 
@@ -1933,6 +2022,12 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "random order (cancel), armed again in slot order\n", pre);
 	printf("%s  (arm: a server arms the timer of the connection in hand; kairos takes its "
 	       "recycled records, in the order they were freed);\n", pre);
+	printf("%scancel, prefetch 16: after push-later, the same cancels with the slot %u "
+	       "ahead prefetched before each (kairos_prefetch(), its id in the\n", pre,
+	       PB_PF_AHEAD);
+	printf("%s  bench's array prefetched %u ahead; the loops: their timer struct), as a "
+	       "loop does for the connections it handles next; then all armed again, untimed;\n",
+	       pre, 2 * PB_PF_AHEAD);
 	printf("%spush-later: each to its delay + U[1,1000] ms (libev: repeat + "
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
 	printf("%sidle: N idle timeouts of %" PRIu64 " s armed in slot order (kairos: "
