@@ -1111,10 +1111,10 @@ KAIROS_EXPORT int kairos_reset(struct kairos *k, kairos_id id, uint64_t delay_ns
 }
 
 /*
- * Only the record's address: table_lookup() reads the shard's directory,
- * which stays in cache, and never the record, whose miss is what the
- * caller wants started.  A stale id loads a line that the call after it
- * will find has moved on; no harm beyond the load.
+ * Only the record's address: table_lookup() reads the shard's directory of
+ * chunks (small, and read by every call) and never the record, whose miss
+ * is what the caller wants started.  A stale id loads a line that the call
+ * after it will find has moved on; no harm beyond the load.
  */
 KAIROS_EXPORT int kairos_prefetch(struct kairos *k, kairos_id id)
 {
