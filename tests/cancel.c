@@ -686,9 +686,11 @@ START_TEST(test_prefetch)
 		ck_assert_int_eq(kairos_prefetch(k, far[i].id), 0);
 	ck_assert_int_eq(kairos_prefetch(k, near.id), 0);
 	ck_assert_int_eq(kairos_stats(k, &after), 0);
+	/* The near timer may fire meanwhile on a slow machine: count it either way. */
 	ck_assert_uint_eq(after.armed, before.armed);
-	ck_assert_uint_eq(after.cancelled, before.cancelled);
-	ck_assert_uint_eq(after.pending, N + 1);
+	ck_assert_uint_eq(after.cancelled, 0);
+	ck_assert_uint_eq(after.pending + after.fired, N + 1);
+	ck_assert_uint_ge(after.pending, N);
 	/* The near one fires once, not early, prefetched or not. */
 	t_wait_fired(1);
 	ck_assert_int_eq(near.runs, 1);
