@@ -426,6 +426,23 @@ static double sb_arm_all(struct kairos *k, struct sb_lists *l)
 	return (double)(t1 - t0) / (double)n;
 }
 
+#define SB_AHEAD	16u	/* how far ahead the prefetch rows call kairos_prefetch() */
+
+/*
+ * Before op @i of the @n in @id: kairos_prefetch() of the id @ahead ops on,
+ * and at op 0 of the first @ahead as well.  Nothing with @ahead 0.
+ */
+static inline void sb_prefetch_ahead(struct kairos *k, const kairos_id *id, size_t n, size_t i,
+				     size_t ahead)
+{
+	if (!ahead)
+		return;
+	for (size_t j = 0; i == 0 && j < n && j < ahead; j++)
+		kairos_prefetch(k, id[j]);
+	if (i + ahead < n)
+		kairos_prefetch(k, id[i + ahead]);
+}
+
 /*
  * N resets in list order, op i to the absolute deadline op_abs[i]: a delay
  * from the clock read at its block's first op, so its new deadline lies in
@@ -441,13 +458,10 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 	int err = 0;
 
 	t0 = bench_now_ns();
-	for (size_t i = 0; i < n && i < ahead; i++)
-		kairos_prefetch(k, id[i]);
 	for (size_t i = 0; i < n; i++) {
 		if (i % SB_BLOCK == 0)
 			now = stamp[i / SB_BLOCK] = bench_now_ns();
-		if (ahead && i + ahead < n)
-			kairos_prefetch(k, id[i + ahead]);
+		sb_prefetch_ahead(k, id, n, i, ahead);
 		err |= kairos_reset(k, id[i], target[i] - now);
 	}
 	t1 = bench_now_ns();
@@ -458,7 +472,6 @@ static double sb_reset_all(struct kairos *k, struct sb_lists *l, const char *wha
 }
 
 #define SB_BATCH	64u	/* ids per kairos_reset_n() or kairos_cancel_n() call */
-#define SB_AHEAD	16u	/* how far ahead the prefetch rows call kairos_prefetch() */
 
 /*
  * N pushes in list order through kairos_reset_n(), SB_BATCH ids a call:
@@ -517,11 +530,8 @@ static double sb_cancel_all(struct kairos *k, struct sb_lists *l, size_t ahead)
 	int err = 0;
 
 	t0 = bench_now_ns();
-	for (size_t i = 0; i < n && i < ahead; i++)
-		kairos_prefetch(k, id[i]);
 	for (size_t i = 0; i < n; i++) {
-		if (ahead && i + ahead < n)
-			kairos_prefetch(k, id[i + ahead]);
+		sb_prefetch_ahead(k, id, n, i, ahead);
 		err |= kairos_cancel(k, id[i]);
 	}
 	t1 = bench_now_ns();
