@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "rcu.h"
 
 void kairos_die_at(const char *file, int line, const char *what, int err)
 {
@@ -21,6 +22,11 @@ void kairos_die_at(const char *file, int line, const char *what, int err)
 	else
 		fprintf(stderr, "kairos: %s:%d: %s\n", file, line, what);
 	abort();
+}
+
+void rcu_sleep_in_section(const char *file, int line)
+{
+	kairos_die_at(file, line, "a step that may sleep runs inside a read-side section", 0);
 }
 
 void mutex_lock(pthread_mutex_t *m)

@@ -7,6 +7,7 @@ _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_post;
 _Atomic int fault_membarrier;
+_Atomic int fault_sleep_check;
 
 bool fault_hit_slow(void)
 {

@@ -29,6 +29,12 @@ extern _Atomic int fault_post __attribute__((visibility("hidden")));
  */
 extern _Atomic int fault_membarrier __attribute__((visibility("hidden")));
 
+/*
+ * Non-zero: a step that may sleep aborts the process when it runs inside a
+ * read-side section (rcu_might_sleep(), rcu.h).  The test programs set it.
+ */
+extern _Atomic int fault_sleep_check __attribute__((visibility("hidden")));
+
 bool fault_hit_slow(void) __attribute__((visibility("hidden")));
 
 /* Whether this step must fail (a test asked for it). */

@@ -18,9 +18,11 @@
 #include <urcu/futex.h>
 
 #include "internal.h"
+#include "rcu.h"
 
 void futex_wait32(_Atomic uint32_t *word, uint32_t seen)
 {
+	rcu_might_sleep();
 	/* EAGAIN (changed already) and EINTR both mean: look again. */
 	(void)futex_noasync((int32_t *)word, FUTEX_WAIT_PRIVATE, (int32_t)seen, NULL, NULL, 0);
 }
@@ -30,6 +32,7 @@ bool futex_wait32_for(_Atomic uint32_t *word, uint32_t seen, uint64_t ns)
 	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000u),
 			       .tv_nsec = (long)(ns % 1000000000u) };
 
+	rcu_might_sleep();
 	if (futex_noasync((int32_t *)word, FUTEX_WAIT_PRIVATE, (int32_t)seen, &ts, NULL, 0) &&
 	    errno == ETIMEDOUT)
 		return false;

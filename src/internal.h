@@ -219,6 +219,8 @@ struct chunk_head {
 	 * retires writes, the shard reads.
 	 */
 	_Atomic uint8_t *ended;
+	/* The last bundle head of a fresh chunk, from chunk_make() to chunk_install(). */
+	struct rec *last_bundle;
 };
 
 struct rec_chunk {
@@ -653,7 +655,6 @@ struct shard {
 	struct backend_report report[2];
 	_Atomic(struct backend_report *) rep;
 
-	pthread_mutex_t grow_lock;
 	_Atomic unsigned nchunks;
 	_Atomic(struct rec_chunk *) chunk[MAX_CHUNKS];
 
@@ -998,6 +999,7 @@ static inline struct rec *table_lookup(struct kairos *k, kairos_id id, struct sh
 	return &c->h.pad + (idx & (CHUNK_RECS - 1));
 }
 
+/* The ext entry of record @index, which it uses (dies if its chunk has no array). */
 struct rec_ext *table_ext(struct shard *s, uint32_t index);
 /* The ext entry of record @index, or NULL if its chunk has none (never allocates). */
 struct rec_ext *table_ext_peek(struct shard *s, uint32_t index);

@@ -548,7 +548,8 @@ static const struct arm_req plain_req;
  */
 static inline __attribute__((always_inline)) int
 arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
-    const struct arm_req *a, kairos_fn fn, void *arg, kairos_id *out, unsigned *behind)
+    const struct arm_req *a, kairos_fn fn, void *arg, kairos_id *out, unsigned *behind,
+    struct table_need *need)
 {
 	struct kairos_queue *q = a->q;
 	struct key_node *kn = a->kn;
@@ -580,6 +581,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	if (rc) {
 		if (k->cfg.max_timers)
 			atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
+		need->shard = s->index;	/* TABLE_EMPTY: the caller grows the pool */
 		return rc;
 	}
 	/*
@@ -604,14 +606,20 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (a->period_ns || kn || a->jitter_ns) {
-		e = table_ext(s, index);
+		e = table_ext_peek(s, index);
 		if (!e) {
-			/* Not reachable by anyone yet: straight back to the pool. */
+			/*
+			 * The chunk's first record to need one: the caller makes
+			 * the array out of its section and arms again.  This one,
+			 * reachable by no one yet, goes straight back to the pool.
+			 */
 			__atomic_store_n(&r->wt.flags, 0, __ATOMIC_RELAXED);
 			table_retire(k, s, r);
 			if (k->cfg.max_timers)
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-			return -ENOMEM;
+			need->shard = s->index;
+			need->chunk = index >> CHUNK_BITS;
+			return TABLE_NO_EXT;
 		}
 		if (a->period_ns) {
 			e->period_ns = a->period_ns;
@@ -704,8 +712,9 @@ arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const struct arm_req 
 	  kairos_fn fn, void *arg, kairos_id *out)
 {
 	struct kairos_queue *q = a->q;
-	uint64_t deadline = t_ns, now = UINT64_MAX;	/* UINT64_MAX: not read */
+	uint64_t deadline, now = UINT64_MAX;	/* UINT64_MAX: not read */
 	unsigned behind = 0;	/* 1 + the index of a shard far behind */
+	struct table_need need;
 	struct tstate *t;
 	int rc;
 
@@ -716,22 +725,36 @@ arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const struct arm_req 
 	/* So are the workers, for the first timer that needs them. */
 	if (!q && fn && (rc = staff(k)) != 0)
 		goto out_free;
-	rc = service_enter(k);
-	if (rc)
-		goto out_free;
-	if (q ? q->k != k || atomic_load_explicit(&q->closed, memory_order_relaxed) : !fn) {
-		/* A queue's timer may leave the callback out (kairos_queue_take()). */
-		rc = -EINVAL;
-	} else if (when == WHEN_AFTER &&
-		   clock_add_overflows((now = service_now(k)), t_ns, &deadline)) {
-		rc = -EOVERFLOW;
-	} else {
-		/* The first deadline takes the jitter; the period's grid starts there. */
-		if (a->jitter_ns)
-			deadline = jitter_add(deadline, a->jitter_ns);
-		rc = arm(k, t, now, deadline, a, fn, arg, out, &behind);
+	for (;;) {
+		rc = service_enter(k);
+		if (rc)
+			goto out_free;
+		deadline = t_ns;
+		if (q ? q->k != k || atomic_load_explicit(&q->closed, memory_order_relaxed)
+		      : !fn) {
+			/* A queue's timer may leave the callback out (kairos_queue_take()). */
+			rc = -EINVAL;
+		} else if (when == WHEN_AFTER &&
+			   clock_add_overflows((now = service_now(k)), t_ns, &deadline)) {
+			rc = -EOVERFLOW;
+		} else {
+			/* The first deadline takes the jitter; the period's grid starts there. */
+			if (a->jitter_ns)
+				deadline = jitter_add(deadline, a->jitter_ns);
+			rc = arm(k, t, now, deadline, a, fn, arg, out, &behind, &need);
+		}
+		service_leave();
+		if (__builtin_expect(rc <= 0, 1))
+			break;
+		/*
+		 * A new chunk of records or an ext array, made out of the
+		 * section (it maps memory and may sleep); then the arm starts
+		 * over, with a fresh clock read: the deadline only moves later.
+		 */
+		rc = table_make(k, rc, &need);
+		if (rc)
+			break;
 	}
-	service_leave();
 	if (behind)
 		arm_backoff(k, behind - 1);
 out_free:

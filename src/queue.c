@@ -776,8 +776,10 @@ static void take_wait(struct kairos_queue *q, uint64_t deadline)
 				.tv_nsec = (long)(deadline % 1000000000u),
 			};
 
+			rcu_might_sleep();
 			err = pthread_cond_timedwait(&q->cond, &q->lock, &ts);
 		} else {
+			rcu_might_sleep();
 			err = pthread_cond_wait(&q->cond, &q->lock);
 		}
 		q->waiters--;

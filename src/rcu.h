@@ -16,6 +16,8 @@
 #endif
 #include <urcu-bp.h>
 
+#include "fault.h"
+
 /*
  * What TSan cannot see of liburcu, said explicitly in TSan builds (other
  * builds compile these away):
@@ -44,5 +46,23 @@ void __tsan_release(void *addr);
 #define tsan_published(p)	((void)(p))
 #define tsan_found(p)		((void)(p))
 #endif
+
+/*
+ * rcu_might_sleep - marks a step that may sleep: a futex or condition wait,
+ * a mapping, a large allocation.  No call sleeps inside a read-side section
+ * (the bulletproof flavour's grace periods are process-wide, so one
+ * sleeping reader holds back every service's reclamation).  With
+ * fault_sleep_check set, as the test programs set it, such a step aborts
+ * the process when it runs inside one, so every test checks the rule on
+ * each path it takes; otherwise it is one relaxed load, on paths that are
+ * about to sleep or map memory anyway.
+ */
+void rcu_sleep_in_section(const char *file, int line) __attribute__((noreturn, cold));
+#define rcu_might_sleep()							\
+	do {									\
+		if (atomic_load_explicit(&fault_sleep_check, memory_order_relaxed) && \
+		    rcu_read_ongoing())						\
+			rcu_sleep_in_section(__FILE__, __LINE__);		\
+	} while (0)
 
 #endif /* KAIROS_RCU_H */

@@ -791,8 +791,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->quiet_ticks = (SWEEP_QUIET_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
 	s->itally.lane = &s->own;
 	/* None of these can fail with default attributes. */
-	if ((rc = pthread_mutex_init(&s->grow_lock, NULL)) ||
-	    (rc = pthread_mutex_init(&s->dq.lock, NULL)) ||
+	if ((rc = pthread_mutex_init(&s->dq.lock, NULL)) ||
 	    (rc = pthread_cond_init(&s->dq.cond, NULL)))
 		kairos_die_err("pthread init", rc);
 	if (k->cfg.delivery != KAIROS_DELIVER_INLINE) {
@@ -830,7 +829,6 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	return 0;
 fail:
 	free(s->lanes);
-	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);
 	free(s);
@@ -848,7 +846,6 @@ void shard_free(struct shard *s)
 	drain_unmap(s);
 	wheel_fini(&s->wheel);
 	free(s->lanes);
-	pthread_mutex_destroy(&s->grow_lock);
 	pthread_mutex_destroy(&s->dq.lock);
 	pthread_cond_destroy(&s->dq.cond);
 	free(s);

@@ -14,6 +14,10 @@
  * flavour, whose readers need no registration) and only then pushes them
  * back on the free stack.  Every API call that touches a record holds
  * rcu_read_lock() from lookup to its last access.
+ *
+ * A pool grows without a lock: an arm that finds the free stack empty
+ * leaves its section, maps and fills a chunk (chunk_make()), and enters
+ * again to number and publish it (chunk_install()).
  */
 #include "rcu.h"
 
@@ -58,13 +62,15 @@ static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct re
 
 /*
  * Cuts the chain @first (linked through inbox_next) into bundles of up to
- * BUNDLE_RECS and pushes them all onto @s's free stack with one CAS.  The
- * records must be unreachable by any popper (fresh, or past a grace period).
+ * BUNDLE_RECS, their heads chained in the order made from *@heads to
+ * *@last, ready for one push onto a free stack.  The records must be
+ * unreachable by any popper (fresh, or past a grace period).
  */
-static void bundles_push(struct shard *s, struct rec *first)
+static void bundles_cut(struct rec *first, struct rec **heads, struct rec **last)
 {
-	struct rec *heads = NULL, *tail = NULL, *r = first;
+	struct rec *r = first;
 
+	*heads = *last = NULL;
 	while (r) {
 		struct rec *head = r;
 
@@ -80,10 +86,8 @@ static void bundles_push(struct shard *s, struct rec *first)
 			r = next;
 		}
 		/* Bundle heads in the order made, linked through inbox_next. */
-		heads_append(&heads, &tail, head);
+		heads_append(heads, last, head);
 	}
-	if (heads)
-		stack_push(&s->free_head, heads, tail);
 }
 
 /*
@@ -129,80 +133,118 @@ static struct rec_chunk *chunk_map(void)
 	return (struct rec_chunk *)start;
 }
 
-/* Adds a chunk of fresh records to @s's free stack.  Slow path, locked. */
-static int grow(struct kairos *k, struct shard *s)
+/*
+ * chunk_make - a chunk of fresh records for shard @shard, its records in
+ * bundles, numbered and published later by chunk_install().  Outside any
+ * read-side section: the mapping, its page faults and the first write of
+ * every record take tens of microseconds and may sleep in the kernel, and a
+ * reader that sleeps holds back the grace periods of the whole process.
+ */
+static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard)
 {
 	struct rec_chunk *c;
-	unsigned no;
-	int rc = 0;
+	struct rec *heads;
 
-	mutex_lock(&s->grow_lock);
-	/* Another thread may have grown the pool while this one waited. */
-	if (atomic_load_explicit(&s->free_head, memory_order_acquire))
-		goto out;
-	no = atomic_load_explicit(&s->nchunks, memory_order_relaxed);
-	if (no >= MAX_CHUNKS) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	rcu_might_sleep();
 	c = chunk_map();	/* zero-filled */
-	if (!c) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	if (!c)
+		return NULL;
 	c->h.head.ended = fault_hit() ? NULL : malloc(CHUNK_RECS);
 	if (!c->h.head.ended) {
 		munmap(c, CHUNK_BYTES);
-		rc = -ENOMEM;
-		goto out;
+		return NULL;
 	}
 	/* Life salt - 1 is the one each record ended before its first. */
 	memset((void *)c->h.head.ended, (uint8_t)(k->salt - 1), CHUNK_RECS);
-	c->h.head.no = no;
-	c->h.head.shard = s->index;
+	c->h.head.shard = shard;
 	for (unsigned i = 0; i < CHUNK_RECS - 1; i++) {
 		/* Generation salt - 1: the first allocation bumps it to salt. */
 		atomic_init(&c->recs[i].state, (uint64_t)(k->salt - 1) << 32 | ST_FREE);
 		c->recs[i].inbox_next = i + 1 < CHUNK_RECS - 1 ? &c->recs[i + 1] : NULL;
 	}
-	/* Release: the chunk's contents before its pointer, for lookups. */
-	atomic_store_explicit(&s->chunk[no], c, memory_order_release);
-	atomic_store_explicit(&s->nchunks, no + 1, memory_order_release);
-	bundles_push(s, &c->recs[0]);
-out:
-	mutex_unlock(&s->grow_lock);
-	return rc;
+	bundles_cut(&c->recs[0], &heads, &c->h.head.last_bundle);
+	return c;
+}
+
+/* Gives back a chunk that chunk_make() made and no one ever saw. */
+static void chunk_unmake(struct rec_chunk *c)
+{
+	free((void *)c->h.head.ended);
+	munmap(c, CHUNK_BYTES);
 }
 
 /*
- * Pops one bundle off @s's free stack, growing the pool when it is empty.
- * Call with rcu_read_lock held (the stack relies on it).
+ * Counts chunk @no of @s, which is in place, unless another thread has;
+ * returns the count after (the next number to try).
  */
-static struct rec *bundle_pop(struct kairos *k, struct shard *s, int *rc)
+static unsigned chunks_count(struct shard *s, unsigned no)
 {
-	struct rec *b, *next;
+	unsigned at = no;
+
+	if (atomic_compare_exchange_strong_explicit(&s->nchunks, &at, no + 1,
+						    memory_order_acq_rel, memory_order_acquire))
+		return no + 1;
+	return at;	/* past @no already: nchunks only grows while the shard lives */
+}
+
+/*
+ * chunk_install - numbers @c as @s's next chunk, publishes it and pushes
+ * its records onto the free stack; false when @s has MAX_CHUNKS already.
+ * Inside a read-side section, lock-free: every thread that found the pool
+ * empty installs the chunk it made (the pool then grows by one chunk per
+ * such thread, not by one).  A thread that finds a number taken counts that
+ * chunk before it tries the next, so nchunks lags only by the installs
+ * under way, and by none once the sections have ended (table_free()).
+ */
+static bool chunk_install(struct shard *s, struct rec_chunk *c)
+{
+	unsigned no = atomic_load_explicit(&s->nchunks, memory_order_acquire);
 
 	for (;;) {
-		/* Acquire pairs with the release of stack_push(). */
-		b = atomic_load_explicit(&s->free_head, memory_order_acquire);
-		while (b) {
-			next = rec_link(b);
-			if (atomic_compare_exchange_weak_explicit(&s->free_head, &b, next,
-								  memory_order_acquire,
-								  memory_order_acquire))
-				return b;
-		}
-		*rc = grow(k, s);
-		if (*rc)
-			return NULL;
+		struct rec_chunk *none = NULL;
+
+		if (no >= MAX_CHUNKS)
+			return false;
+		c->h.head.no = no;
+		/* Release: the chunk's contents before its pointer, for lookups. */
+		if (atomic_compare_exchange_strong_explicit(&s->chunk[no], &none, c,
+							    memory_order_release,
+							    memory_order_relaxed))
+			break;
+		no = chunks_count(s, no);
 	}
+	(void)chunks_count(s, no);
+	stack_push(&s->free_head, &c->recs[0], c->h.head.last_bundle);
+	return true;
+}
+
+/*
+ * Pops one bundle off @s's free stack, or says TABLE_EMPTY when there is
+ * none.  Call with rcu_read_lock held (the stack relies on it).
+ */
+static struct rec *bundle_pop(struct shard *s, int *rc)
+{
+	/* Acquire pairs with the release of stack_push(). */
+	struct rec *b = atomic_load_explicit(&s->free_head, memory_order_acquire);
+
+	while (b) {
+		struct rec *next = rec_link(b);
+
+		if (atomic_compare_exchange_weak_explicit(&s->free_head, &b, next,
+							  memory_order_acquire,
+							  memory_order_acquire))
+			return b;
+	}
+	*rc = TABLE_EMPTY;
+	return NULL;
 }
 
 /*
  * The slow path of table_alloc() (table.h): the thread holds no free record,
- * or the caller is no thread on the service.  Pops a bundle (growing the
- * pool if it is empty) and takes its first record; a thread keeps the rest,
- * anyone else hands it back through the reclaimer.
+ * or the caller is no thread on the service.  Pops a bundle and takes its
+ * first record; a thread keeps the rest, anyone else hands it back through
+ * the reclaimer.  TABLE_EMPTY when the pool is empty: the caller grows it
+ * with table_make(), out of its section.
  */
 int table_alloc_slow(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		     uint32_t *index)
@@ -210,7 +252,7 @@ int table_alloc_slow(struct kairos *k, struct shard *s, struct tstate *t, struct
 	struct rec *r;
 	int rc = 0;
 
-	r = bundle_pop(k, s, &rc);
+	r = bundle_pop(s, &rc);
 	if (!r)
 		return rc;
 	if (t)
@@ -246,25 +288,56 @@ struct rec_ext *table_ext_peek(struct shard *s, uint32_t index)
 	return p ? &p[index & (CHUNK_RECS - 1)] : NULL;
 }
 
-/* The ext entry of record @index, allocating its chunk's array if needed. */
+/* The ext entry of record @index, whose chunk has its array (the record uses it). */
 struct rec_ext *table_ext(struct shard *s, uint32_t index)
 {
-	struct rec_chunk *c = table_chunk(s, index);
-	struct rec_ext *p = atomic_load_explicit(&c->h.head.ext, memory_order_acquire);
+	struct rec_ext *p = table_ext_peek(s, index);
 
-	if (!p) {
-		mutex_lock(&s->grow_lock);
-		p = atomic_load_explicit(&c->h.head.ext, memory_order_relaxed);
-		if (!p) {
-			p = fault_calloc(CHUNK_RECS, sizeof(*p));
-			if (p)
-				atomic_store_explicit(&c->h.head.ext, p, memory_order_release);
+	if (!p)
+		kairos_die("a record's ext entry is used before its chunk has the array");
+	return p;
+}
+
+int table_make(struct kairos *k, int what, const struct table_need *need)
+{
+	struct rec_chunk *c = NULL;
+	struct rec_ext *p = NULL;
+	int rc;
+
+	/* Made out of any read-side section (see chunk_make()). */
+	rcu_might_sleep();
+	if (what == TABLE_EMPTY)
+		c = chunk_make(k, need->shard);
+	else
+		p = fault_calloc(CHUNK_RECS, sizeof(*p));
+	if (!c && !p)
+		return -ENOMEM;
+	rc = service_enter(k);
+	if (rc == 0) {
+		struct shard *s = k->shards[need->shard];
+
+		if (c) {
+			if (chunk_install(s, c))
+				c = NULL;
+			else
+				rc = -ENOMEM;
+		} else {
+			struct rec_chunk *owner = atomic_load_explicit(&s->chunk[need->chunk],
+								       memory_order_acquire);
+			struct rec_ext *none = NULL;
+
+			/* Release: the array's zeroes before its pointer.  Lost: another made it. */
+			if (atomic_compare_exchange_strong_explicit(&owner->h.head.ext, &none, p,
+								    memory_order_release,
+								    memory_order_relaxed))
+				p = NULL;
 		}
-		mutex_unlock(&s->grow_lock);
-		if (!p)
-			return NULL;
+		service_leave();
 	}
-	return &p[index & (CHUNK_RECS - 1)];
+	if (c)
+		chunk_unmake(c);
+	free(p);
+	return rc;
 }
 
 void table_kick(struct kairos *k)

@@ -77,6 +77,27 @@ static inline int table_alloc_from(struct shard *s, struct tstate *t, struct rec
 	return 0;
 }
 
+/*
+ * What an arm inside its read-side section found missing, made for it by
+ * table_make() out of the section (an arm never maps or allocates inside
+ * one: DESIGN.md section 4).  Positive, so no errno is mistaken for them.
+ */
+#define TABLE_EMPTY	1	/* the shard's free stack: a new chunk of records */
+#define TABLE_NO_EXT	2	/* a chunk's ext array */
+
+struct table_need {
+	unsigned shard;		/* the shard's index */
+	uint32_t chunk;		/* TABLE_NO_EXT: the chunk's number in it */
+};
+
+/*
+ * table_make - makes what @what (TABLE_EMPTY or TABLE_NO_EXT) says @need
+ * lacks: maps and fills a chunk, or allocates an ext array, out of any
+ * read-side section, then enters one to publish it.  0 (the arm may try
+ * again), -ENOMEM, or -ESHUTDOWN.  Call outside a read-side section.
+ */
+int table_make(struct kairos *k, int what, const struct table_need *need);
+
 int table_alloc_slow(struct kairos *k, struct shard *s, struct tstate *t, struct rec **out,
 		     uint32_t *index);
 
@@ -85,7 +106,7 @@ int table_alloc_slow(struct kairos *k, struct shard *s, struct tstate *t, struct
  * (state FREE).  With a thread state @t (whose shard is @s) the record comes
  * from the bundle the thread holds, and the next one starts loading; without
  * one, the rest of the bundle goes back through the reclaimer.  Call with
- * rcu_read_lock held.
+ * rcu_read_lock held.  TABLE_EMPTY when the shard has no free record.
  */
 static inline int table_alloc(struct kairos *k, struct shard *s, struct tstate *t,
 			      struct rec **out, uint32_t *index)

@@ -1047,6 +1047,108 @@ static int count_prefix(const char *prefix)
 			 SIG_BIT(SIGUSR1) | SIG_BIT(SIGUSR2) | SIG_BIT(SIGALRM) | \
 			 SIG_BIT(SIGPIPE) | SIG_BIT(SIGCHLD))
 
+/*
+ * A shard's pool grows by a chunk of records when an arm finds it empty,
+ * and a chunk's ext array (periods, jitters, keys) appears when its first
+ * record needs one.  Both are made out of the arm's read-side section (they
+ * map memory), so several threads that find the pool empty at once each
+ * install a chunk, lock-free.  Five threads released together arm 3.5
+ * chunks' worth each, a quarter of them periodic or jittered: every id is
+ * distinct and names a chunk the shard has, every cancel succeeds, and the
+ * counters balance.  The process aborts if any of it ran inside a section
+ * (rcu_might_sleep(), which t_main() turns on).
+ */
+#define GROW_THREADS	5
+#define GROW_ARMS	(CHUNK_RECS * 7 / 2)
+
+struct t_grower {
+	struct kairos *k;
+	pthread_barrier_t *go;
+	kairos_id ids[GROW_ARMS];
+	int bad;
+};
+
+static void *t_grow_thread(void *arg)
+{
+	struct t_grower *g = arg;
+
+	pthread_barrier_wait(g->go);
+	for (unsigned i = 0; i < GROW_ARMS; i++) {
+		struct kairos_timer_opts o = { .jitter_ns = T_MS };
+		int rc;
+
+		switch (i % 8) {
+		case 0:
+			rc = kairos_arm_every(g->k, 60 * T_SEC, t_cb_never, NULL, &g->ids[i]);
+			break;
+		case 4:
+			rc = kairos_arm_opts(g->k, 60 * T_SEC, &o, t_cb_never, NULL, &g->ids[i]);
+			break;
+		default:
+			rc = kairos_arm(g->k, 60 * T_SEC, t_cb_never, NULL, &g->ids[i]);
+			break;
+		}
+		if (rc)
+			g->bad = rc;
+	}
+	return NULL;
+}
+
+static int t_cmp_id(const void *a, const void *b)
+{
+	kairos_id x = *(const kairos_id *)a, y = *(const kairos_id *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+START_TEST(test_lifecycle_pool_grows_concurrently)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	static struct t_grower g[GROW_THREADS];
+	static kairos_id all[GROW_THREADS * GROW_ARMS];
+	const size_t n = GROW_THREADS * GROW_ARMS;
+	pthread_t th[GROW_THREADS];
+	pthread_barrier_t go;
+	struct kairos_stats st;
+	unsigned chunks, need;
+
+	ck_assert_int_eq(pthread_barrier_init(&go, NULL, GROW_THREADS), 0);
+	for (int i = 0; i < GROW_THREADS; i++) {
+		g[i] = (struct t_grower){ .k = k, .go = &go };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, t_grow_thread, &g[i]), 0);
+	}
+	for (int i = 0; i < GROW_THREADS; i++) {
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		ck_assert_msg(g[i].bad == 0, "thread %d: an arm said %d", i, g[i].bad);
+		memcpy(&all[(size_t)i * GROW_ARMS], g[i].ids, sizeof(g[i].ids));
+	}
+	pthread_barrier_destroy(&go);
+
+	chunks = atomic_load(&k->shards[0]->nchunks);
+	need = (unsigned)((n + CHUNK_RECS - 2) / (CHUNK_RECS - 1));
+	/* At most one chunk more than needed per thread that found the pool empty. */
+	ck_assert_msg(chunks >= need && chunks <= need + 2 * GROW_THREADS,
+		      "%u chunks for %zu timers (%u needed)", chunks, n, need);
+	qsort(all, n, sizeof(all[0]), t_cmp_id);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_msg(i == 0 || all[i] != all[i - 1], "id %#" PRIx64 " given twice",
+			      (uint64_t)all[i]);
+		ck_assert_uint_eq(id_shard(all[i]), 0);
+		ck_assert_uint_lt(id_index(all[i]) >> CHUNK_BITS, chunks);
+		ck_assert_ptr_nonnull(atomic_load(&k->shards[0]->chunk[id_index(all[i]) >> CHUNK_BITS]));
+	}
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(kairos_cancel(k, all[i]), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, n);
+	ck_assert_uint_eq(st.cancelled, n);
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_uint_eq(st.fired, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_lifecycle_thread_names)
 {
 	int base = t_thread_baseline();
@@ -1229,6 +1331,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_kept_cancel_reaches_pool_within_bound);
 	tcase_add_test(tc, test_lifecycle_kept_cancels_taken_while_cancelling);
 	tcase_add_test(tc, test_lifecycle_destroy_races_kept_take);
+	tcase_add_test(tc, test_lifecycle_pool_grows_concurrently);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);

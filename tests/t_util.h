@@ -32,6 +32,8 @@
 
 #include <kairos/kairos.h>
 
+#include "fault.h"
+
 #define T_MS	1000000ull
 #define T_US	1000ull
 #define T_SEC	1000000000ull
@@ -749,6 +751,8 @@ static inline int t_main(Suite *s, const char *prog)
 	}
 	printf("%s: T_SEED=%#" PRIx64 "\n", prog, t_seed_value);
 	fflush(stdout);
+	/* Every step that may sleep checks that it runs outside a read-side section. */
+	atomic_store(&fault_sleep_check, 1);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
