@@ -458,6 +458,8 @@ struct kairos_queue {
 	_Atomic uint64_t refs __attribute__((aligned(CACHELINE)));
 	/* Drainers between their first look and their last touch of a record. */
 	_Atomic unsigned active;
+	/* On its service's queues_dead once its last reference went in a section. */
+	struct kairos_queue *dead_next;
 };
 
 typedef _Atomic(struct kairos_queue *) qslot;
@@ -469,6 +471,14 @@ struct kairos_queue *queue_get(struct kairos *k, unsigned no);
  */
 struct kairos_queue *queue_tryget(struct kairos *k, unsigned no);
 void queue_unref(struct kairos_queue *q);
+/*
+ * queue_unref() for a caller inside a read-side section: a last reference
+ * leaves the free to the reclaimer (queue_reap()), since queue_free() takes
+ * q_lock, which a kairos_queue_destroy() holds while it ends its list.
+ */
+void queue_unref_in_section(struct kairos *k, struct kairos_queue *q);
+/* Frees the queues queue_unref_in_section() left; outside any section. */
+void queue_reap(struct kairos *k);
 /* A shard's expiries for one queue, collected over a pass (shard.c). */
 void queue_append(struct shard *s, struct kairos_queue *q, struct rec *first, struct rec *last);
 /* A ring queue's CQE post for @r completed with @res (the shard thread). */
@@ -742,6 +752,8 @@ struct kairos {
 	pthread_mutex_t q_lock;
 	_Atomic(qslot *) qdir[QUEUE_DIRS];
 	_Atomic bool queues_gone;	/* teardown has ended what queues held */
+	/* Queues whose last reference went inside a section, to free (queue_reap()). */
+	_Atomic(struct kairos_queue *) queues_dead;
 
 	/*
 	 * Keys (key.c): the table, made by the first keyed arm under

@@ -290,6 +290,8 @@ static uint64_t teardown(struct kairos *k, int how)
 		shard_drain(k, k->shards[i], how, &drained);
 	queue_teardown_drain(k, how, &drained);
 	table_reclaimer_stop(k);
+	/* What the reclaimer had not freed yet: no section is left to add more. */
+	queue_reap(k);
 	/* Every timer has ended and given its key up. */
 	key_teardown(k);
 	/* Nothing runs any more: these are the service's last counters. */
@@ -665,7 +667,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 			arm_count(k, t, -1);
 			table_retire(k, s, r);
 			if (q)
-				queue_unref(q);
+				queue_unref_in_section(k, q);
 			if (k->cfg.max_timers)
 				atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 			return rc;
@@ -894,7 +896,7 @@ cancel_rec(struct kairos *k, struct tstate *t, kairos_id id, struct shard *s, st
 		atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
 	/* Ended: its queue may go (the record's number stays valid meanwhile). */
 	if (rec_queue_no(r))
-		queue_unref(queue_get(k, rec_queue_no(r)));
+		queue_unref_in_section(k, queue_get(k, rec_queue_no(r)));
 	/*
 	 * The shard unlinks it at its next pass, or after a batch of posts.
 	 * Filed by value, it is in no list (its entries go stale), so the

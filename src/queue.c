@@ -68,6 +68,8 @@ static void queue_free(struct kairos_queue *q)
 {
 	struct kairos *k = q->k;
 
+	/* q_lock may be held for a while: kairos_queue_destroy() ends its list under it. */
+	rcu_might_sleep();
 	/*
 	 * Under q_lock: a shard that found @q by its number and takes a
 	 * reference under the lock (queue_tryget()) is done with it before
@@ -118,6 +120,35 @@ void queue_unref(struct kairos_queue *q)
 {
 	if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) == 1)
 		queue_free(q);
+}
+
+void queue_unref_in_section(struct kairos *k, struct kairos_queue *q)
+{
+	struct kairos_queue *head;
+
+	if (atomic_fetch_sub_explicit(&q->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	/* Each queue comes here once (its count stays 0): no ABA on the push. */
+	head = atomic_load_explicit(&k->queues_dead, memory_order_relaxed);
+	do
+		q->dead_next = head;
+	while (!atomic_compare_exchange_weak_explicit(&k->queues_dead, &head, q,
+						      memory_order_release, memory_order_relaxed));
+	table_kick(k);
+}
+
+void queue_reap(struct kairos *k)
+{
+	struct kairos_queue *q, *next;
+
+	rcu_might_sleep();
+	if (!atomic_load_explicit(&k->queues_dead, memory_order_relaxed))
+		return;
+	/* Acquire pairs with the push's release: the queue's last uses before it. */
+	for (q = atomic_exchange_explicit(&k->queues_dead, NULL, memory_order_acquire); q; q = next) {
+		next = q->dead_next;
+		queue_free(q);
+	}
 }
 
 /* The eventfd follows the list: readable iff it holds records (q->lock held). */
@@ -499,6 +530,11 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 	while (n < max) {
 		struct rec *r, *last, *next;
 
+		/*
+		 * Inside the section: a short lock, whose every holder only
+		 * moves list links under it (a waiter in take sleeps on the
+		 * condition with it released), documented in kairos(3).
+		 */
 		mutex_lock(&q->lock);
 		r = list_take(q, &last);
 		mutex_unlock(&q->lock);

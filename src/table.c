@@ -573,6 +573,8 @@ static void *reclaimer_main(void *arg)
 
 		/* The key table follows its count; a kick after inserts asks for it. */
 		key_resize(k);
+		/* Queues whose last timer was cancelled after their destroy. */
+		queue_reap(k);
 		now = clock_now_ns(CLOCK_MONOTONIC);
 		/* Kept cancels of quiet threads, every KEPT_SCAN_NS while any may be held. */
 		if (atomic_load_explicit(&k->kept_watch, memory_order_acquire) && now >= look) {

@@ -683,6 +683,60 @@ START_TEST(test_queue_destroy_keeps_reset_entries)
 }
 END_TEST
 
+/*
+ * A destroyed queue lives while its timers do; the cancel that ends the
+ * last of them leaves the queue's free to the service's reclaimer (the free
+ * takes a lock that a kairos_queue_destroy() holds while it ends its list,
+ * and a cancel runs inside a read-side section): the queue's number is let
+ * go within the bound, and the service goes on.  A second queue's last
+ * timer is cancelled just before the service is destroyed: the destroy
+ * frees it (the sanitizer builds would report it leaked otherwise).
+ */
+START_TEST(test_queue_destroyed_freed_after_last_cancel)
+{
+	enum { N = 8 };
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	static struct t_timer t[N];
+	struct kairos_stats s;
+	_Atomic(struct kairos_queue *) *slot;
+	uint64_t end;
+	unsigned no;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	no = q->no;
+	slot = &atomic_load(&k->qdir[no / QUEUE_BLOCK])[no % QUEUE_BLOCK];
+	ck_assert_ptr_eq(atomic_load(slot), q);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(q_arm(k, q, &t[i], 60 * T_SEC, t_cb), 0);
+	/* Nothing has expired: nothing to end, and the timers stay armed. */
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	ck_assert_ptr_eq(atomic_load(slot), q);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_cancel(k, &tt, &t[i]), 0);
+	end = t_mono() + T_WAIT_MS * T_MS;
+	while (atomic_load(slot) && t_mono() < end)
+		t_sleep_ms(1);
+	ck_assert_msg(atomic_load(slot) == NULL, "queue %u still in its slot %u ms after its "
+		      "last timer was cancelled", no, T_WAIT_MS);
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	ck_assert_uint_eq(s.cancelled, N);
+	ck_assert_uint_eq(s.pending, 0);
+	ck_assert_uint_eq(s.armed, s.fired + s.cancelled + s.drained + s.pending);
+
+	/* The next queue may take the number again, and is freed at destroy. */
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(q_arm(k, q, &t[i], 60 * T_SEC, t_cb), 0);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_cancel(k, &tt, &t[i]), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(t_int(&t[i].runs), 0);
+}
+END_TEST
+
 START_TEST(test_queue_service_destroyed_first)
 {
 	enum { N = 30 };
@@ -977,6 +1031,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_cancel_races_run_and_take);
 	tcase_add_test(tc, test_queue_destroy_with_entries);
 	tcase_add_test(tc, test_queue_destroy_keeps_reset_entries);
+	tcase_add_test(tc, test_queue_destroyed_freed_after_last_cancel);
 	tcase_add_test(tc, test_queue_service_destroyed_first);
 	tcase_add_test(tc, test_queue_take_wakes_at_destroy);
 	tcase_add_test(tc, test_queue_opts_kinds);
