@@ -82,6 +82,7 @@ enum pb_row {
 	PB_LATER,
 	PB_IDLE_ARM,
 	PB_IDLE_LATER,
+	PB_IDLE_LATER_PF,
 	PB_IDLE_CANCEL,
 	PB_LAT_P50,
 	PB_LAT_P99,
@@ -108,6 +109,7 @@ static const struct pb_row_info {
 	[PB_LATER] = { "push-later", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_ARM] = { "idle arm", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_LATER] = { "idle push-later", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_LATER_PF] = { "idle push, prefetch 16", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_CANCEL] = { "idle cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, true },
@@ -1281,14 +1283,16 @@ static void pb_cancel_job(void *arg)
 /* The cancel row's order, each call after a prefetch PB_PF_AHEAD slots ahead. */
 #define PB_PF_AHEAD	16u
 
-static void pb_cancel_pf_job(void *arg)
+/*
+ * @op on @order's n slots, each call after a prefetch PB_PF_AHEAD slots
+ * ahead (and the implementation's prefetch_first, if any, twice as far):
+ * a loop that handles its connections one by one and knows the next ones.
+ */
+static uint64_t pb_pf_run(const struct pb_impl *im, const uint32_t *order, size_t n,
+			  void (*op)(uint32_t))
 {
-	struct pb_job *j = arg;
-	void (*cancel)(uint32_t) = j->im->cancel;
-	void (*pf)(uint32_t) = j->im->prefetch;
-	void (*pf1)(uint32_t) = j->im->prefetch_first;
-	const uint32_t *order = j->l->cancel_order;
-	size_t n = j->l->n;
+	void (*pf)(uint32_t) = im->prefetch;
+	void (*pf1)(uint32_t) = im->prefetch_first;
 	uint64_t t0 = bench_now_ns();
 
 	for (size_t i = 0; pf1 && i < n && i < 2 * PB_PF_AHEAD; i++)
@@ -1300,9 +1304,24 @@ static void pb_cancel_pf_job(void *arg)
 			pf1(order[i + 2 * PB_PF_AHEAD]);
 		if (i + PB_PF_AHEAD < n)
 			pf(order[i + PB_PF_AHEAD]);
-		cancel(order[i]);
+		op(order[i]);
 	}
-	j->ns = bench_now_ns() - t0;
+	return bench_now_ns() - t0;
+}
+
+static void pb_cancel_pf_job(void *arg)
+{
+	struct pb_job *j = arg;
+
+	j->ns = pb_pf_run(j->im, j->l->cancel_order, j->l->n, j->im->cancel);
+}
+
+/* The idle push-later row again, each push after the prefetches. */
+static void pb_idle_later_pf_job(void *arg)
+{
+	struct pb_job *j = arg;
+
+	j->ns = pb_pf_run(j->im, j->l->later_order, j->l->n, j->im->idle_push);
 }
 
 static void pb_later_job(void *arg)
@@ -1535,6 +1554,12 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 			im->in_loop(pb_idle_later_job, &j);
 			row[PB_IDLE_LATER] = (double)j.ns / (double)n;
 			pb_quiesce(im);
+			if (im->prefetch) {
+				pb_progress(im, n, label, "idle push, prefetch 16");
+				im->in_loop(pb_idle_later_pf_job, &j);
+				row[PB_IDLE_LATER_PF] = (double)j.ns / (double)n;
+				pb_quiesce(im);
+			}
 			pb_progress(im, n, label, "idle cancel");
 			im->in_loop(pb_cancel_job, &j);
 			row[PB_IDLE_CANCEL] = (double)j.ns / (double)n;
@@ -1671,6 +1696,8 @@ static bool pb_has_row(size_t i, int row)
 		return pb_impls[i]->idle_arm != NULL;
 	if (row == PB_CANCEL_PF)
 		return pb_impls[i]->prefetch != NULL;
+	if (row == PB_IDLE_LATER_PF)
+		return pb_impls[i]->prefetch != NULL && pb_impls[i]->idle_arm != NULL;
 	return true;
 }
 
@@ -1849,7 +1876,7 @@ static void pb_print_floors(const struct pb_opts *o, const struct pb_size *s)
 
 static void pb_print_table(const struct pb_opts *o, const struct pb_size *s)
 {
-	char fmt[16 + 8 * PB_NIMPL] = "%-20s %-10s", cell[PB_NIMPL][48];
+	char fmt[16 + 8 * PB_NIMPL] = "%-22s %-10s", cell[PB_NIMPL][48];
 	const char *cells[2 + PB_NIMPL] = { "row", "unit" };
 	const struct bench_table t = { o->b.markdown, fmt };
 	bool ratios = s->state[0] == PB_OK;
@@ -2038,6 +2065,9 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / BENCH_S);
 	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
 	       "and push (libuv, libevent, timerfd);\n", pre);
+	printf("%sidle push, prefetch 16: after idle push-later, the same pushes again with "
+	       "the prefetches of the cancel row's, to %" PRIu64 " s from then;\n", pre,
+	       PB_IDLE_DELAY / BENCH_S);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
 	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
 	printf("%s  iteration, N pending; early = callbacks before that deadline (a cached "
