@@ -667,6 +667,11 @@ struct shard {
 
 	_Atomic unsigned nchunks;
 	_Atomic(struct rec_chunk *) chunk[MAX_CHUNKS];
+	/*
+	 * KAIROS_HUGE_PAGES: the region chunks are carved from, its address
+	 * (REGION_BYTES aligned) | the chunks taken from it (table.c).
+	 */
+	_Atomic uint64_t region;
 
 	/* Calling threads that arm on this shard (thread.c): changed on join, move and leave. */
 	_Atomic unsigned callers;

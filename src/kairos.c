@@ -165,9 +165,9 @@ static int config_fix(struct kairos_config *cfg)
 		return -EINVAL;
 	if (cfg->ring_entries > 4096)
 		return -EINVAL;
-	/* Reserved for later fields whose 0 keeps today's behaviour. */
-	if (cfg->reserved_uint)
+	if (cfg->flags & ~KAIROS_HUGE_PAGES)
 		return -EINVAL;
+	/* Reserved for later fields whose 0 keeps today's behaviour. */
 	for (size_t i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
 		if (cfg->reserved[i])
 			return -EINVAL;

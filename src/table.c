@@ -103,32 +103,41 @@ static void ended_mark(struct rec *r)
 }
 
 /*
- * A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, straight from mmap
+ * @bytes (a power of two) aligned to @bytes, straight from mmap
  * (aligned_alloc() keeps an extra header page resident per chunk, 3% of a
- * record's worth of memory).  Over-map by the alignment, trim both ends.
+ * record's worth of memory): over-maps by the alignment, trims both ends.
  */
-static struct rec_chunk *chunk_map(void)
+static uint8_t *map_aligned(size_t bytes)
 {
-	size_t len = 2 * CHUNK_BYTES;
-	uint8_t *p = fault_hit() ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *p = fault_hit() ? MAP_FAILED : mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uintptr_t start;
 	size_t head;
 
 	if (p == MAP_FAILED)
 		return NULL;
-	start = ((uintptr_t)p + CHUNK_BYTES - 1) & ~(uintptr_t)(CHUNK_BYTES - 1);
+	start = ((uintptr_t)p + bytes - 1) & ~(uintptr_t)(bytes - 1);
 	head = start - (uintptr_t)p;
 	if (head)
 		munmap(p, head);
-	munmap((uint8_t *)start + CHUNK_BYTES, CHUNK_BYTES - head);
+	munmap((uint8_t *)start + bytes, bytes - head);
+	return (uint8_t *)start;
+}
+
+/* A chunk's memory: CHUNK_BYTES aligned to CHUNK_BYTES, faulted in. */
+static struct rec_chunk *chunk_map(void)
+{
+	uint8_t *start = map_aligned(CHUNK_BYTES);
+
+	if (!start)
+		return NULL;
 	/*
-	 * grow() writes every record at once: one call faults the chunk's pages
+	 * chunk_make() writes every record at once: one call faults the pages
 	 * in, where page by page it took a fault each (the first fill of 1e6
 	 * arms 11% faster, docs/BENCHMARKS.md).  Linux 5.14; an older kernel
 	 * says EINVAL, and the writes fault the pages in as before.
 	 */
 #ifdef MADV_POPULATE_WRITE
-	(void)madvise((void *)start, CHUNK_BYTES, MADV_POPULATE_WRITE);
+	(void)madvise(start, CHUNK_BYTES, MADV_POPULATE_WRITE);
 #endif
 	return (struct rec_chunk *)start;
 }
@@ -139,14 +148,16 @@ static struct rec_chunk *chunk_map(void)
  * read-side section: the mapping, its page faults and the first write of
  * every record take tens of microseconds and may sleep in the kernel, and a
  * reader that sleeps holds back the grace periods of the whole process.
+ * In @mem when not NULL (a carve of a region), else in a mapping of its
+ * own; either is unmapped if this fails.
  */
-static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard)
+static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard, void *mem)
 {
 	struct rec_chunk *c;
 	struct rec *heads;
 
 	rcu_might_sleep();
-	c = chunk_map();	/* zero-filled */
+	c = mem ? mem : chunk_map();	/* zero-filled */
 	if (!c)
 		return NULL;
 	c->h.head.ended = fault_hit() ? NULL : malloc(CHUNK_RECS);
@@ -164,6 +175,93 @@ static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard)
 	}
 	bundles_cut(&c->recs[0], &heads, &c->h.head.last_bundle);
 	return c;
+}
+
+/*
+ * KAIROS_HUGE_PAGES: chunks are carved from REGION_BYTES regions, mapped
+ * aligned to their size and advised MADV_HUGEPAGE, so that the kernel can
+ * back each with one huge page.  A shard carves from one region at a time
+ * (struct shard's region: address | chunks taken), inside a read-side
+ * section so that teardown, past its grace period, sees every carve; the
+ * mapping and its page faults are outside any.  A carved chunk is unmapped
+ * as every chunk is (table_free(), or chunk_unmake() if it is never
+ * installed); teardown unmaps the rest of the shard's last region.
+ */
+#define REGION_BYTES	(UINT64_C(2) << 20)
+#define REGION_CHUNKS	((unsigned)(REGION_BYTES / CHUNK_BYTES))
+
+_Static_assert(REGION_BYTES % CHUNK_BYTES == 0, "a region holds whole chunks");
+
+/* A fresh region, its pages faulted in (a huge page each, where THP allows). */
+static uint8_t *region_map(void)
+{
+	uint8_t *start;
+
+	rcu_might_sleep();
+	start = map_aligned(REGION_BYTES);
+	if (!start)
+		return NULL;
+	/* Refused where THP is off or unknown: the region is then plain pages. */
+	(void)madvise(start, REGION_BYTES, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	(void)madvise(start, REGION_BYTES, MADV_POPULATE_WRITE);
+#endif
+	return start;
+}
+
+/*
+ * A chunk's memory carved from shard @shard's region, mapping a new region
+ * when that one is used up; NULL with *@rc -ENOMEM or -ESHUTDOWN.  Call
+ * outside any read-side section.
+ */
+static void *region_carve(struct kairos *k, unsigned shard, int *rc)
+{
+	uint8_t *fresh = NULL, *mem = NULL;
+
+	for (;;) {
+		struct shard *s;
+		uint64_t old;
+
+		*rc = service_enter(k);
+		if (*rc)
+			break;
+		s = k->shards[shard];
+		old = atomic_load_explicit(&s->region, memory_order_relaxed);
+		for (;;) {
+			uint8_t *base = (uint8_t *)(uintptr_t)(old & ~(REGION_BYTES - 1));
+			unsigned used = (unsigned)(old & (REGION_BYTES - 1));
+			bool carve = base && used < REGION_CHUNKS;
+
+			if (!carve && !fresh)
+				break;
+			/* Relaxed: the region's memory is this thread's own mapping or carve. */
+			if (atomic_compare_exchange_weak_explicit(
+				    &s->region, &old,
+				    carve ? old + 1 : (uint64_t)(uintptr_t)fresh | 1,
+				    memory_order_relaxed, memory_order_relaxed)) {
+				if (carve) {
+					mem = base + (size_t)used * CHUNK_BYTES;
+				} else {
+					mem = fresh;
+					fresh = NULL;
+				}
+				break;
+			}
+		}
+		service_leave();
+		if (mem)
+			break;
+		/* Used up (or none yet): a new one, mapped out of the section. */
+		fresh = region_map();
+		if (!fresh) {
+			*rc = -ENOMEM;
+			break;
+		}
+	}
+	/* Mapped, but another thread's new region came first. */
+	if (fresh)
+		munmap(fresh, REGION_BYTES);
+	return mem;
 }
 
 /* Gives back a chunk that chunk_make() made and no one ever saw. */
@@ -306,10 +404,17 @@ int table_make(struct kairos *k, int what, const struct table_need *need)
 
 	/* Made out of any read-side section (see chunk_make()). */
 	rcu_might_sleep();
-	if (what == TABLE_EMPTY)
-		c = chunk_make(k, need->shard);
-	else
+	if (what == TABLE_EMPTY && (k->cfg.flags & KAIROS_HUGE_PAGES)) {
+		void *mem = region_carve(k, need->shard, &rc);
+
+		if (!mem)
+			return rc;
+		c = chunk_make(k, need->shard, mem);	/* unmaps @mem if it fails */
+	} else if (what == TABLE_EMPTY) {
+		c = chunk_make(k, need->shard, NULL);
+	} else {
 		p = fault_calloc(CHUNK_RECS, sizeof(*p));
+	}
 	if (!c && !p)
 		return -ENOMEM;
 	rc = service_enter(k);
@@ -624,6 +729,14 @@ void table_reclaimer_stop(struct kairos *k)
 void table_free(struct shard *s)
 {
 	unsigned n = atomic_load_explicit(&s->nchunks, memory_order_acquire);
+	uint64_t region = atomic_load_explicit(&s->region, memory_order_relaxed);
+	unsigned used = (unsigned)(region & (REGION_BYTES - 1));
+
+	/* The chunks of the last region that no one carved. */
+	if (region && used < REGION_CHUNKS)
+		munmap((uint8_t *)(uintptr_t)(region & ~(REGION_BYTES - 1)) +
+			       (size_t)used * CHUNK_BYTES,
+		       (size_t)(REGION_CHUNKS - used) * CHUNK_BYTES);
 
 	for (unsigned i = 0; i < n; i++) {
 		struct rec_chunk *c = atomic_load_explicit(&s->chunk[i], memory_order_relaxed);

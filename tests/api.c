@@ -604,14 +604,19 @@ START_TEST(test_api_config_reserved)
 
 	memset(&c, 0xa5, sizeof(c));
 	kairos_config_default(&c);
-	ck_assert_uint_eq(c.reserved_uint, 0);
+	ck_assert_uint_eq(c.flags, 0);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_msg(c.reserved[i] == 0, "reserved[%zu] not zero-filled", i);
 
-	c = t_cfg(1, 1);
-	c.reserved_uint = 1;
-	ck_assert_int_eq(kairos_create(&c, &k), -EINVAL);
-	ck_assert_ptr_null(k);
+	/* Every flag bit but the known ones is refused. */
+	for (unsigned bit = 0; bit < 32; bit++) {
+		c = t_cfg(1, 1);
+		c.flags = 1u << bit;
+		if (c.flags & KAIROS_HUGE_PAGES)
+			continue;
+		ck_assert_msg(kairos_create(&c, &k) == -EINVAL, "flags bit %u accepted", bit);
+		ck_assert_ptr_null(k);
+	}
 	for (size_t i = 0; i < n; i++) {
 		c = t_cfg(1, 1);
 		c.reserved[i] = UINT64_C(1) << (i * 8);

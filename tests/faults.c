@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 
 #include "t_util.h"
+#include "internal.h"
 #include "../src/fault.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -181,18 +182,31 @@ START_TEST(test_faults_create_every_step)
 }
 END_TEST
 
-/* Allocations of a running service: an arm that cannot get memory says so. */
-START_TEST(test_faults_running_allocations)
+/*
+ * A one-shard service with @flags whose callbacks run inline: with no
+ * workers to start, an arm's only steps that can fail are the pool's.
+ */
+static struct kairos *f_pool_service(unsigned flags)
 {
 	struct kairos_config c;
-	struct kairos_stats st;
 	struct kairos *k = NULL;
-	struct t_timer tm;
-	kairos_id id = 0;
 
 	kairos_config_default(&c);
 	c.shards = 1;
+	c.flags = flags;
+	c.delivery = KAIROS_DELIVER_INLINE;
 	ck_assert_int_eq(kairos_create(&c, &k), 0);
+	return k;
+}
+
+/* Allocations of a running service: an arm that cannot get memory says so. */
+START_TEST(test_faults_running_allocations)
+{
+	struct kairos *k = f_pool_service(0);
+	struct kairos_stats st;
+	struct t_timer tm;
+	kairos_id id = 0;
+
 	t_timer_init(&tm, &tt, 0, 0);
 	/* The first arm maps the shard's first chunk of records. */
 	atomic_store(&fault_countdown, 1);
@@ -216,6 +230,37 @@ START_TEST(test_faults_running_allocations)
 	/* Failed arms are not counted, and nothing is pending. */
 	ck_assert_uint_eq(st.armed, 2);
 	ck_assert_uint_eq(st.cancelled, 2);
+	ck_assert_uint_eq(st.pending, 0);
+	f_exercise(k, 8);
+}
+END_TEST
+
+/*
+ * KAIROS_HUGE_PAGES: the first arm maps a 2 MiB region (step 1), then the
+ * chunk's own allocation (step 2); either failing says -ENOMEM and leaves
+ * no record counted, and the next arm carves the region mapped before.
+ */
+START_TEST(test_faults_huge_pages_region)
+{
+	struct kairos *k = f_pool_service(KAIROS_HUGE_PAGES);
+	struct kairos_stats st;
+	struct t_timer tm;
+	kairos_id id = 0;
+
+	t_timer_init(&tm, &tt, 0, 0);
+	for (long step = 1; step <= 2; step++) {
+		atomic_store(&fault_countdown, step);
+		ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), -ENOMEM);
+		ck_assert_uint_eq(atomic_exchange(&fault_countdown, 0), 0);
+		ck_assert_uint_eq(atomic_load(&k->shards[0]->nchunks), 0);
+	}
+	/* The region mapped at step 2 is carved now: nothing else fails. */
+	ck_assert_int_eq(kairos_arm(k, T_SEC, t_cb, &tm, &id), 0);
+	ck_assert_uint_eq(atomic_load(&k->shards[0]->nchunks), 1);
+	ck_assert_uint_eq(atomic_load(&k->shards[0]->region) & ((UINT64_C(2) << 20) - 1), 2);
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, 1);
 	ck_assert_uint_eq(st.pending, 0);
 	f_exercise(k, 8);
 }
@@ -748,6 +793,7 @@ int main(int argc, char **argv)
 	tcase_add_test(create, test_faults_memlock_fallback);
 	tcase_add_test(create, test_faults_seccomp_before_create);
 	tcase_add_test(run, test_faults_running_allocations);
+	tcase_add_test(run, test_faults_huge_pages_region);
 	tcase_add_test(run, test_faults_workers_start_at_first_arm);
 	tcase_add_test(run, test_faults_rlimit_as_expiry);
 	tcase_add_test(run, test_faults_seccomp_after_create);

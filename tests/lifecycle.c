@@ -1101,10 +1101,10 @@ static int t_cmp_id(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-START_TEST(test_lifecycle_pool_grows_concurrently)
+static void t_pool_grows(unsigned flags)
 {
 	struct kairos_config c = t_cfg(1, 1);
-	struct kairos *k = t_create(&c);
+	struct kairos *k;
 	static struct t_grower g[GROW_THREADS];
 	static kairos_id all[GROW_THREADS * GROW_ARMS];
 	const size_t n = GROW_THREADS * GROW_ARMS;
@@ -1113,6 +1113,8 @@ START_TEST(test_lifecycle_pool_grows_concurrently)
 	struct kairos_stats st;
 	unsigned chunks, need;
 
+	c.flags = flags;
+	k = t_create(&c);
 	ck_assert_int_eq(pthread_barrier_init(&go, NULL, GROW_THREADS), 0);
 	for (int i = 0; i < GROW_THREADS; i++) {
 		g[i] = (struct t_grower){ .k = k, .go = &go };
@@ -1138,6 +1140,31 @@ START_TEST(test_lifecycle_pool_grows_concurrently)
 		ck_assert_uint_lt(id_index(all[i]) >> CHUNK_BITS, chunks);
 		ck_assert_ptr_nonnull(atomic_load(&k->shards[0]->chunk[id_index(all[i]) >> CHUNK_BITS]));
 	}
+	/* Huge pages: the chunks come 8 to a 2 MiB region, and every region is whole. */
+	if (flags & KAIROS_HUGE_PAGES) {
+		const uintptr_t region = (uintptr_t)2 << 20;
+		uintptr_t base[GROW_THREADS * GROW_ARMS / (CHUNK_RECS - 1) + 4 * GROW_THREADS];
+		unsigned nbase = 0, per[sizeof(base) / sizeof(base[0])] = { 0 };
+
+		ck_assert_uint_lt(chunks, sizeof(base) / sizeof(base[0]));
+		for (unsigned i = 0; i < chunks; i++) {
+			uintptr_t at = (uintptr_t)atomic_load(&k->shards[0]->chunk[i]);
+			unsigned j = 0;
+
+			ck_assert_uint_eq(at % CHUNK_BYTES, 0);
+			while (j < nbase && base[j] != (at & ~(region - 1)))
+				j++;
+			if (j == nbase)
+				base[nbase++] = at & ~(region - 1);
+			per[j]++;
+		}
+		for (unsigned j = 0; j < nbase; j++)
+			ck_assert_msg(per[j] <= region / CHUNK_BYTES, "%u chunks in one region",
+				      per[j]);
+		/* A region is replaced only once used up: all full but the last. */
+		ck_assert_msg(nbase == (chunks + region / CHUNK_BYTES - 1) / (region / CHUNK_BYTES),
+			      "%u regions for %u chunks", nbase, chunks);
+	}
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(kairos_cancel(k, all[i]), 0);
 	ck_assert_int_eq(kairos_stats(k, &st), 0);
@@ -1146,6 +1173,18 @@ START_TEST(test_lifecycle_pool_grows_concurrently)
 	ck_assert_uint_eq(st.pending, 0);
 	ck_assert_uint_eq(st.fired, 0);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+
+START_TEST(test_lifecycle_pool_grows_concurrently)
+{
+	t_pool_grows(0);
+}
+END_TEST
+
+/* The same with KAIROS_HUGE_PAGES: chunks carved from 2 MiB regions. */
+START_TEST(test_lifecycle_pool_grows_huge_pages)
+{
+	t_pool_grows(KAIROS_HUGE_PAGES);
 }
 END_TEST
 
@@ -1332,6 +1371,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_kept_cancels_taken_while_cancelling);
 	tcase_add_test(tc, test_lifecycle_destroy_races_kept_take);
 	tcase_add_test(tc, test_lifecycle_pool_grows_concurrently);
+	tcase_add_test(tc, test_lifecycle_pool_grows_huge_pages);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);

@@ -122,9 +122,19 @@ struct kairos_config {
 	enum kairos_delivery delivery;
 	enum kairos_backend backend;
 	unsigned ring_entries;		/* io_uring SQ size; 0: 8; 1 works (slower) */
-	unsigned reserved_uint;		/* must be 0 */
+	unsigned flags;			/* KAIROS_HUGE_PAGES, or 0 */
 	uint64_t reserved[8];		/* must be 0 */
 };
+
+/*
+ * kairos_config.flags: each shard's records come from 2 MiB regions that
+ * transparent huge pages may back (madvise(MADV_HUGEPAGE)), so that a call
+ * on a timer among millions misses the TLB less.  A region is resident
+ * whole: a shard's pool grows 2 MiB (32,760 records) at a time, and the
+ * arm that starts a region pays for zeroing it (and for any compaction the
+ * kernel does to find a huge page).  See kairos_config_default(3).
+ */
+#define KAIROS_HUGE_PAGES	1u
 
 /*
  * kairos_config.clock: a clock that only kairos_clock_advance() moves, for

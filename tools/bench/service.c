@@ -166,6 +166,7 @@ struct sb_opts {
 	struct bench_opts b;
 	unsigned int shards;	/* 0: one per CPU */
 	unsigned int threads;	/* for the scaling table */
+	bool huge_pages;	/* cfg.flags KAIROS_HUGE_PAGES */
 	struct kairos_config cfg;	/* what every service of the N tables gets */
 };
 
@@ -1539,8 +1540,9 @@ static void sk_print_legend(const struct sb_opts *o, const char *backend, const 
 	const char *pre = o->b.markdown ? "" : "# ";
 
 	printf("%skeys: called from the main thread (not a shard thread); shards=%u%s, "
-	       "workers=%u per shard, tick=%" PRIu64 " us;\n", pre, o->cfg.shards,
-	       o->shards ? "" : " (one per CPU)", o->cfg.workers, o->cfg.tick_ns / 1000);
+	       "workers=%u per shard, tick=%" PRIu64 " us%s;\n", pre, o->cfg.shards,
+	       o->shards ? "" : " (one per CPU)", o->cfg.workers, o->cfg.tick_ns / 1000,
+	       o->huge_pages ? ", KAIROS_HUGE_PAGES" : "");
 	printf("%sbackend %s: %s;\n", pre, backend, why);
 	printf("%sid: kairos_arm, kairos_reset, kairos_cancel; key: kairos_arm_opts with a "
 	       "distinct %u-byte key per timer (\"conn:%%08u\"),\n", pre, SK_KEY_LEN);
@@ -1568,8 +1570,9 @@ static void sb_print_legend(const struct sb_opts *o)
 
 	backend = sb_backend(k, &why);
 	printf("%sservice: called from the main thread (not a shard thread); shards=%u%s, "
-	       "workers=%u per shard, tick=%" PRIu64 " us;\n", pre, o->cfg.shards,
-	       o->shards ? "" : " (one per CPU)", o->cfg.workers, o->cfg.tick_ns / 1000);
+	       "workers=%u per shard, tick=%" PRIu64 " us%s;\n", pre, o->cfg.shards,
+	       o->shards ? "" : " (one per CPU)", o->cfg.workers, o->cfg.tick_ns / 1000,
+	       o->huge_pages ? ", KAIROS_HUGE_PAGES" : "");
 	printf("%sbackend %s: %s;\n", pre, backend, why);
 	sb_destroy(k, 0, "legend");
 	printf("%sarm: delays U[10,60] s, fresh pool, then again on the recycled pool; pushes "
@@ -1610,6 +1613,7 @@ static void sb_usage(FILE *f)
 		"  --shards N   cfg.shards for the per-N tables (0..256; default 0: one\n"
 		"               per CPU)\n"
 		"  --threads N  threads of the 2-shards-vs-1 table (1..%u, default 2)\n"
+		"  --huge-pages cfg.flags = KAIROS_HUGE_PAGES for the per-N tables\n"
 		"  --markdown   print the tables as markdown\n"
 		"  --raw        also print every run's numbers, not only the medians\n"
 		"  -h, --help   this text\n"
@@ -1638,6 +1642,7 @@ static void sk_usage(FILE *f)
 		"  --warmup N   untimed runs per size before those (default 1)\n"
 		"  --seed S     workload seed (default 1)\n"
 		"  --shards N   cfg.shards (0..256; default 0: one per CPU)\n"
+		"  --huge-pages cfg.flags = KAIROS_HUGE_PAGES\n"
 		"  --markdown   print the tables as markdown\n"
 		"  --raw        also print every run's numbers, not only the medians\n"
 		"  -h, --help   this text\n",
@@ -1666,6 +1671,7 @@ static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_op
 		BENCH_OPT_MARKDOWN, BENCH_OPT_RAW, BENCH_OPT_HELP,
 		{ "shards", required_argument, NULL, 'S' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "huge-pages", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -1677,6 +1683,9 @@ static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_op
 		switch (c) {
 		case 'S':
 			o->shards = (unsigned int)opt_u64("--shards", optarg, 0, 256);
+			break;
+		case 'H':
+			o->huge_pages = true;
 			break;
 		case 't':
 			if (!m->threads)
@@ -1695,6 +1704,8 @@ static int sb_parse(const struct sb_mode *m, int argc, char **argv, struct sb_op
 	kairos_config_default(&o->cfg);
 	if (o->shards)
 		o->cfg.shards = o->shards;
+	if (o->huge_pages)
+		o->cfg.flags |= KAIROS_HUGE_PAGES;
 	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
 	if (o->cfg.clock != CLOCK_MONOTONIC)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
