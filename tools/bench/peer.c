@@ -252,6 +252,8 @@ static void pb_unmap(void *p, size_t size)
  * finds its memory warmer than one timed after a sleep.
  */
 static bool pb_settle_all;
+/* --huge-pages: the kairos columns' services get KAIROS_HUGE_PAGES. */
+static bool pb_huge_pages;
 
 static void pb_quiesce(const struct pb_impl *im)
 {
@@ -359,6 +361,8 @@ static void pk_setup(size_t cap)
 	int rc;
 
 	kairos_config_default(&cfg);
+	if (pb_huge_pages)
+		cfg.flags |= KAIROS_HUGE_PAGES;
 	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
 	if (cfg.clock != CLOCK_MONOTONIC)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
@@ -466,6 +470,8 @@ static void pk_describe(char *buf, size_t len)
 	int rc;
 
 	kairos_config_default(&cfg);
+	if (pb_huge_pages)
+		cfg.flags |= KAIROS_HUGE_PAGES;
 	pb_unpin();
 	rc = kairos_create(&cfg, &k);
 	pb_pin_init();
@@ -474,8 +480,9 @@ static void pk_describe(char *buf, size_t len)
 	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
 		backend = "?";
 	snprintf(buf, len, "kairos %d.%d.%d: default config (one shard per CPU, %u workers "
-		 "each, 1 ms tick), backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
-		 KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u, backend);
+		 "each, 1 ms tick)%s, backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
+		 KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u,
+		 pb_huge_pages ? " + KAIROS_HUGE_PAGES" : "", backend);
 	rc = kairos_destroy(k, KAIROS_DRAIN_DROP);
 	if (rc != 0)
 		bench_die("kairos_destroy: %d", rc);
@@ -2098,7 +2105,7 @@ static void pb_usage(FILE *f)
 	fprintf(f,
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
-		"                         [--cycles K] [--settle-all]\n"
+		"                         [--cycles K] [--settle-all] [--huge-pages]\n"
 		"\n"
 		"The same workloads on kairos, kairos-loop, libev, libuv, libevent (those\n"
 		"found at build time) and one timerfd per timer, each value with its ratio\n"
@@ -2124,6 +2131,7 @@ static void pb_usage(FILE *f)
 		"                 default 1: a fresh instance's first pass)\n"
 		"  --settle-all   pause every column before each timed phase, as kairos's\n"
 		"                 are (default: only the columns with threads of their own)\n"
+		"  --huge-pages   the kairos columns' services get KAIROS_HUGE_PAGES\n"
 		"  -h, --help     this text\n"
 		"\n"
 		"libevent runs with its default flags (CLOCK_MONOTONIC_COARSE); set\n"
@@ -2185,6 +2193,7 @@ int pb_main(int argc, char **argv)
 		{ "pin", required_argument, NULL, 'P' },
 		{ "cycles", required_argument, NULL, 'C' },
 		{ "settle-all", no_argument, NULL, 'S' },
+		{ "huge-pages", no_argument, NULL, 'H' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pb_opts o = { .b = { .seed = 1 } };
@@ -2211,6 +2220,9 @@ int pb_main(int argc, char **argv)
 			break;
 		case 'S':
 			pb_settle_all = true;
+			break;
+		case 'H':
+			pb_huge_pages = true;
 			break;
 		case 'h':
 			pb_usage(stdout);
