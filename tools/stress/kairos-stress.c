@@ -72,6 +72,7 @@ static void usage(FILE *f)
 "      --workers=N         per shard, 0..1024 (default 0: the library's)\n"
 "  -b, --backend=NAME      auto, uring or epoll (default auto: $KAIROS_BACKEND)\n"
 "      --delivery=MODE     workers or inline (default workers)\n"
+"      --huge-pages        KAIROS_HUGE_PAGES: records in 2 MiB regions\n"
 "\n"
 "Output:\n"
 "      --interval=SECS     a progress line every SECS even when stderr is not a\n"
@@ -105,6 +106,7 @@ enum {
 	OPT_QUEUE_DESTROY,
 	OPT_KEYS,
 	OPT_SHARED_KEYS,
+	OPT_HUGE_PAGES,
 };
 
 static const struct option long_opts[] = {
@@ -117,6 +119,7 @@ static const struct option long_opts[] = {
 	{ "workers", required_argument, NULL, OPT_WORKERS },
 	{ "backend", required_argument, NULL, 'b' },
 	{ "delivery", required_argument, NULL, OPT_DELIVERY },
+	{ "huge-pages", no_argument, NULL, OPT_HUGE_PAGES },
 	{ "idle", required_argument, NULL, OPT_IDLE },
 	{ "short", required_argument, NULL, OPT_SHORT },
 	{ "short-share", required_argument, NULL, OPT_SHORT_SHARE },
@@ -255,6 +258,9 @@ static int parse_args(int argc, char **argv, struct stress_config *c)
 		case OPT_DELIVERY:
 			c->delivery = opt_choice("--delivery", optarg, deliveries, 2) ?
 				      KAIROS_DELIVER_INLINE : KAIROS_DELIVER_WORKERS;
+			break;
+		case OPT_HUGE_PAGES:
+			c->huge_pages = true;
 			break;
 		case OPT_IDLE:
 			parse_range("--idle", optarg, 0, &c->idle);
@@ -702,6 +708,8 @@ static int start_service(void)
 	kc.tick_ns = S.cfg.tick_ns;
 	kc.backend = S.cfg.backend;
 	kc.delivery = S.cfg.delivery;
+	if (S.cfg.huge_pages)
+		kc.flags |= KAIROS_HUGE_PAGES;
 	S.clock = kc.clock;
 	rc = kairos_create(&kc, &S.k);
 	if (rc) {

@@ -487,9 +487,10 @@ int report_text(FILE *f)
 		S.elapsed_s, S.interrupted ? " (interrupted by a signal)" : "", c->threads, c->timers,
 		seed);
 	fmt_ns(b1, sizeof(b1), c->tick_ns);
-	fprintf(f, "service: %u shards, %s delivery%s, tick %s, backend %s\n", S.nshards,
+	fprintf(f, "service: %u shards, %s delivery%s, tick %s, backend %s%s\n", S.nshards,
 		c->delivery == KAIROS_DELIVER_INLINE ? "inline" : "worker",
-		c->workers ? "" : " (2 workers per shard)", b1, c->backend_name);
+		c->workers ? "" : " (2 workers per shard)", b1, c->backend_name,
+		c->huge_pages ? ", huge pages" : "");
 	for (unsigned i = 0; i < S.nshards && S.backends; i++)
 		fprintf(f, "  shard %u: %s (%s)\n", i, S.backends[i].name, S.backends[i].why);
 	fprintf(f, "mix:");
@@ -733,6 +734,7 @@ static void jw_config(struct jw *w)
 	jw_u64(w, "workers", c->workers);
 	jw_s(w, "backend", c->backend_name);
 	jw_s(w, "delivery", c->delivery == KAIROS_DELIVER_INLINE ? "inline" : "workers");
+	jw_bool(w, "huge_pages", c->huge_pages);
 	jw_range(w, "idle_ns", &c->idle);
 	jw_range(w, "short_ns", &c->shorts);
 	jw_u64(w, "short_pct", c->short_pct);

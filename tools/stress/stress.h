@@ -120,6 +120,7 @@ struct stress_config {
 	enum kairos_backend backend;
 	const char *backend_name;	/* as given, for the report */
 	enum kairos_delivery delivery;
+	bool huge_pages;		/* KAIROS_HUGE_PAGES */
 	struct range_ns idle;		/* idle timeouts: reset later, mostly cancelled */
 	struct range_ns shorts;		/* short timers that fire */
 	struct range_ns period;		/* periodic timers */
