@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1181,6 +1182,60 @@ START_TEST(test_lifecycle_pool_grows_concurrently)
 }
 END_TEST
 
+/*
+ * The race chunk_install() settles, made to happen: a chunk already sits in
+ * the directory slot after the last counted one, as if another thread had
+ * put it there and not yet counted it.  The next growth must count that
+ * one, install its own in the slot after, and hand out ids of its own
+ * chunk only; teardown then unmaps both.
+ */
+START_TEST(test_lifecycle_pool_install_finds_slot_taken)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	struct shard *s = k->shards[0];
+	static kairos_id ids[CHUNK_RECS + 8];
+	const size_t n = sizeof(ids) / sizeof(ids[0]);
+	struct rec_chunk *planted;
+	struct kairos_stats st;
+	unsigned before, after;
+	uint8_t *map;
+
+	/* The first chunk, and its records all handed out (one more arm grows). */
+	for (size_t i = 0; i < CHUNK_RECS - 1; i++)
+		ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &ids[i]), 0);
+	before = atomic_load(&s->nchunks);
+	ck_assert_uint_eq(before, 1);
+	/* A zeroed chunk, aligned as chunks are, in the next slot, uncounted. */
+	map = mmap(NULL, 2 * CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0);
+	ck_assert(map != MAP_FAILED);
+	planted = (struct rec_chunk *)(((uintptr_t)map + CHUNK_BYTES - 1) &
+				       ~(uintptr_t)(CHUNK_BYTES - 1));
+	planted->h.head.no = before;
+	atomic_store(&s->chunk[before], planted);
+	for (size_t i = CHUNK_RECS - 1; i < n; i++)
+		ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &ids[i]), 0);
+	/* Counted past the planted one, and this thread's chunk after it. */
+	after = atomic_load(&s->nchunks);
+	ck_assert_uint_eq(after, before + 2);
+	ck_assert_ptr_eq(atomic_load(&s->chunk[before]), planted);
+	ck_assert_ptr_nonnull(atomic_load(&s->chunk[before + 1]));
+	for (size_t i = CHUNK_RECS - 1; i < n; i++)
+		ck_assert_uint_eq(id_index(ids[i]) >> CHUNK_BITS, before + 1);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(kairos_cancel(k, ids[i]), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.cancelled, n);
+	ck_assert_uint_eq(st.pending, 0);
+	/* Teardown unmaps the planted chunk as its own; the rest of the mapping is ours. */
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	if ((uint8_t *)planted > map)
+		munmap(map, (size_t)((uint8_t *)planted - map));
+	munmap((uint8_t *)planted + CHUNK_BYTES, CHUNK_BYTES - (size_t)((uint8_t *)planted - map));
+}
+END_TEST
+
 /* The same with KAIROS_HUGE_PAGES: chunks carved from 2 MiB regions. */
 START_TEST(test_lifecycle_pool_grows_huge_pages)
 {
@@ -1372,6 +1427,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_destroy_races_kept_take);
 	tcase_add_test(tc, test_lifecycle_pool_grows_concurrently);
 	tcase_add_test(tc, test_lifecycle_pool_grows_huge_pages);
+	tcase_add_test(tc, test_lifecycle_pool_install_finds_slot_taken);
 	tcase_add_test(tc, test_lifecycle_thread_names);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
