@@ -141,7 +141,7 @@ void queue_reap(struct kairos *k)
 {
 	struct kairos_queue *q, *next;
 
-	rcu_might_sleep();
+	/* queue_free() checks that this runs out of any section. */
 	if (!atomic_load_explicit(&k->queues_dead, memory_order_relaxed))
 		return;
 	/* Acquire pairs with the push's release: the queue's last uses before it. */

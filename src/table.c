@@ -62,15 +62,14 @@ static void stack_push(_Atomic(struct rec *) *head, struct rec *first, struct re
 
 /*
  * Cuts the chain @first (linked through inbox_next) into bundles of up to
- * BUNDLE_RECS, their heads chained in the order made from *@heads to
- * *@last, ready for one push onto a free stack.  The records must be
+ * BUNDLE_RECS, their heads chained in the order made from @first, ready for
+ * one push onto a free stack; returns the last head.  The records must be
  * unreachable by any popper (fresh, or past a grace period).
  */
-static void bundles_cut(struct rec *first, struct rec **heads, struct rec **last)
+static struct rec *bundles_cut(struct rec *first)
 {
-	struct rec *r = first;
+	struct rec *heads = NULL, *last = NULL, *r = first;
 
-	*heads = *last = NULL;
 	while (r) {
 		struct rec *head = r;
 
@@ -86,8 +85,9 @@ static void bundles_cut(struct rec *first, struct rec **heads, struct rec **last
 			r = next;
 		}
 		/* Bundle heads in the order made, linked through inbox_next. */
-		heads_append(heads, last, head);
+		heads_append(&heads, &last, head);
 	}
+	return last;
 }
 
 /*
@@ -145,7 +145,7 @@ static struct rec_chunk *chunk_map(void)
 /*
  * chunk_make - a chunk of fresh records for shard @shard, its records in
  * bundles, numbered and published later by chunk_install().  Outside any
- * read-side section: the mapping, its page faults and the first write of
+ * read-side section (table_make() checks): the mapping, its page faults and the first write of
  * every record take tens of microseconds and may sleep in the kernel, and a
  * reader that sleeps holds back the grace periods of the whole process.
  * In @mem when not NULL (a carve of a region), else in a mapping of its
@@ -153,11 +153,8 @@ static struct rec_chunk *chunk_map(void)
  */
 static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard, void *mem)
 {
-	struct rec_chunk *c;
-	struct rec *heads;
+	struct rec_chunk *c = mem ? mem : chunk_map();	/* zero-filled */
 
-	rcu_might_sleep();
-	c = mem ? mem : chunk_map();	/* zero-filled */
 	if (!c)
 		return NULL;
 	c->h.head.ended = fault_hit() ? NULL : malloc(CHUNK_RECS);
@@ -173,7 +170,7 @@ static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard, void *mem)
 		atomic_init(&c->recs[i].state, (uint64_t)(k->salt - 1) << 32 | ST_FREE);
 		c->recs[i].inbox_next = i + 1 < CHUNK_RECS - 1 ? &c->recs[i + 1] : NULL;
 	}
-	bundles_cut(&c->recs[0], &heads, &c->h.head.last_bundle);
+	c->h.head.last_bundle = bundles_cut(&c->recs[0]);
 	return c;
 }
 

@@ -355,14 +355,20 @@ static void pk_cb(void *arg, kairos_id id, int status)
 	pb_fired((uint32_t)(uintptr_t)arg);
 }
 
+/* The kairos columns' config: the default, with --huge-pages if given. */
+static void pk_config(struct kairos_config *cfg)
+{
+	kairos_config_default(cfg);
+	if (pb_huge_pages)
+		cfg->flags |= KAIROS_HUGE_PAGES;
+}
+
 static void pk_setup(size_t cap)
 {
 	struct kairos_config cfg;
 	int rc;
 
-	kairos_config_default(&cfg);
-	if (pb_huge_pages)
-		cfg.flags |= KAIROS_HUGE_PAGES;
+	pk_config(&cfg);
 	/* The bench's deadlines are CLOCK_MONOTONIC, as the service's by default. */
 	if (cfg.clock != CLOCK_MONOTONIC)
 		bench_die("the default service clock is not CLOCK_MONOTONIC");
@@ -469,9 +475,7 @@ static void pk_describe(char *buf, size_t len)
 	const char *backend = "?";
 	int rc;
 
-	kairos_config_default(&cfg);
-	if (pb_huge_pages)
-		cfg.flags |= KAIROS_HUGE_PAGES;
+	pk_config(&cfg);
 	pb_unpin();
 	rc = kairos_create(&cfg, &k);
 	pb_pin_init();
@@ -2073,7 +2077,7 @@ static void pb_print_legend(const struct pb_opts *o)
 	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
 	       "and push (libuv, libevent, timerfd);\n", pre);
 	printf("%sidle push, prefetch 16: after idle push-later, the same pushes again with "
-	       "the prefetches of the cancel row's, to %" PRIu64 " s from then;\n", pre,
+	       "the prefetches of \"cancel, prefetch 16\", to %" PRIu64 " s from then;\n", pre,
 	       PB_IDLE_DELAY / BENCH_S);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
 	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
