@@ -39,6 +39,9 @@
 #include "rcu.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "clock.h"
 
@@ -141,4 +144,154 @@ out:
 	if (rc || tls_service == k)
 		return rc;
 	return clock_settle(k);
+}
+
+/* ---- the counter clock (clock.h) -------------------------------------------
+ * Each thread keeps its own anchor: one ordered read of CLOCK_MONOTONIC and
+ * the counter value taken just before it.  The rate, ns per counter tick,
+ * is the process's: measured from the first anchor, the one taken when the
+ * first service was created, to the first later one at least FAST_CAL_NS
+ * on, and never changed after.  Until then every read is an ordered one.
+ *
+ * Why the estimate is never early.  The ordered read's time n belongs to
+ * some counter value c at or after the anchor's t1, and the real time at a
+ * later value t is n + (t - c) * rate <= n + (t - t1) * rate.  The estimate
+ * is n + (t - t1) * mult + FAST_MARGIN_NS with t - t1 at most one span
+ * (FAST_SPAN_NS at mult's rate), so it is early only if the real rate
+ * exceeds mult's by more than margin / span, 40%: NTP slews the clock by
+ * 0.05% at most and adjtimex()'s tick by 10%.  The margin also covers the
+ * unordered counter read running ahead of the instructions before it (a
+ * few memory latencies) and the counters of two CPUs differing (the kernel
+ * keeps them in step or stops using them as its clocksource).
+ *
+ * What it assumes: the counter the kernel reads for CLOCK_MONOTONIC, which
+ * fast_clock_usable() checks once; a counter that went back (a reset at a
+ * suspend) is far outside every anchor's span and is read the ordered way.
+ */
+_Thread_local struct fast_anchor fast_anchor;
+
+static struct {
+	pthread_once_t once;
+	bool usable;
+	uint64_t base_tsc, base_ns;	/* the first anchor, set once */
+	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
+} fast = { .once = PTHREAD_ONCE_INIT };
+
+#if defined(__x86_64__)
+/* The counter after every earlier instruction has finished. */
+static inline uint64_t tsc_ordered(void)
+{
+	__builtin_ia32_lfence();
+	return __builtin_ia32_rdtsc();
+}
+
+/* Whether the first line of @path is @want. */
+static bool file_is(const char *path, const char *want)
+{
+	char line[64];
+	FILE *f = fopen(path, "re");
+	bool is = false;
+
+	if (f) {
+		if (fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\n")] = 0;
+			is = strcmp(line, want) == 0;
+		}
+		fclose(f);
+	}
+	return is;
+}
+
+/* Whether the first "flags" line of /proc/cpuinfo has every flag in @want. */
+static bool cpu_flags_have(const char *const *want, size_t n)
+{
+	char line[4096];
+	FILE *f = fopen("/proc/cpuinfo", "re");
+	bool have = false;
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "flags", 5) != 0)
+			continue;
+		have = true;
+		for (size_t i = 0; i < n && have; i++) {
+			const char *p = line;
+			size_t len = strlen(want[i]);
+
+			have = false;
+			while ((p = strstr(p, want[i])) != NULL) {
+				if (p[-1] == ' ' && (p[len] == ' ' || p[len] == '\n')) {
+					have = true;
+					break;
+				}
+				p += len;
+			}
+		}
+		break;
+	}
+	fclose(f);
+	return have;
+}
+#endif
+
+static void fast_init(void)
+{
+#if defined(__x86_64__)
+	static const char *const flags[] = { "constant_tsc", "nonstop_tsc" };
+
+	if (!file_is("/sys/devices/system/clocksource/clocksource0/current_clocksource", "tsc") ||
+	    !cpu_flags_have(flags, sizeof(flags) / sizeof(flags[0])))
+		return;
+	fast.base_tsc = tsc_ordered();
+	fast.base_ns = clock_now_ns(CLOCK_MONOTONIC);
+	fast.usable = true;
+#endif
+}
+
+bool fast_clock_usable(void)
+{
+	(void)pthread_once(&fast.once, fast_init);
+	return fast.usable;
+}
+
+/*
+ * The rate from the first anchor to (@tsc, @ns), or 0 while they are less
+ * than FAST_CAL_NS apart or the rate is implausible (a counter under
+ * 62.5 MHz or over 16 GHz).
+ */
+static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
+{
+	uint64_t dn = ns - fast.base_ns, dt = tsc - fast.base_tsc, mult;
+
+	if (ns < fast.base_ns + FAST_CAL_NS || tsc <= fast.base_tsc)
+		return 0;
+	mult = (uint64_t)(((unsigned __int128)dn << 32) / dt);
+	if (mult < (UINT64_C(1) << 28) || mult > (UINT64_C(1) << 36))
+		return 0;
+	return mult;
+}
+
+uint64_t fast_reanchor(void)
+{
+	struct fast_anchor *a = &fast_anchor;
+	uint64_t mult;
+
+	/* fast_clock_usable() ran before any service could call here. */
+	if (!fast.usable)
+		return clock_now_ns(CLOCK_MONOTONIC);
+#if defined(__x86_64__)
+	a->tsc = tsc_ordered();
+#endif
+	a->ns = clock_now_ns(CLOCK_MONOTONIC);
+	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
+	if (!mult) {
+		/* Racing threads store rates measured the same way: any will do. */
+		mult = fast_rate(a->tsc, a->ns);
+		if (mult)
+			atomic_store_explicit(&fast.mult, mult, memory_order_relaxed);
+	}
+	a->mult = mult;
+	a->span = mult ? (FAST_SPAN_NS << 32) / mult : 0;
+	return a->ns;
 }

@@ -9,6 +9,7 @@
 #define KAIROS_CLOCK_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -26,6 +27,68 @@ static inline uint64_t clock_now_ns(clockid_t clock)
 	if (__builtin_expect(clock_gettime(clock, &ts) != 0, 0))
 		clock_failed(errno);
 	return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the counter clock ----------------------------------------------------
+ * What a timer with slack reads instead of clock_gettime() (clock.c): the
+ * CPU's time-stamp counter, unordered, turned into CLOCK_MONOTONIC ns from
+ * the calling thread's last ordered read (its anchor).  The estimate is
+ * never earlier than the real time: it is taken from the anchor's first
+ * counter value, FAST_MARGIN_NS is added, and an anchor serves only
+ * FAST_SPAN_NS of counter ticks, so the rate could be a third off and the
+ * estimate still not early.  Past its span, or before the rate is known,
+ * the call reads the ordered clock and anchors again (fast_reanchor()).
+ */
+#define FAST_MARGIN_NS		UINT64_C(20000)		/* added to every estimate */
+#define FAST_SPAN_NS		UINT64_C(50000)		/* an anchor's life, in counter time */
+#define FAST_SLACK_MIN_NS	UINT64_C(50000)		/* least slack that takes the counter */
+#define FAST_CAL_NS		UINT64_C(10000000)	/* the rate's measuring interval */
+
+struct fast_anchor {
+	uint64_t tsc;		/* counter just before the ordered read */
+	uint64_t ns;		/* the ordered read (CLOCK_MONOTONIC) */
+	uint64_t mult;		/* ns per counter tick, 32.32 */
+	uint64_t span;		/* counter ticks the anchor serves; 0: none */
+};
+
+extern _Thread_local struct fast_anchor fast_anchor __attribute__((visibility("hidden")));
+
+/*
+ * Whether the counter clock can serve CLOCK_MONOTONIC in this process: an
+ * x86-64 CPU whose counter runs at one rate in every state (constant_tsc,
+ * nonstop_tsc) and a kernel whose clocksource is that counter.  Looked at
+ * once per process.
+ */
+bool fast_clock_usable(void);
+
+/* The ordered read, a new anchor for this thread; returns the time read. */
+uint64_t fast_reanchor(void);
+
+/*
+ * The estimate @a gives for counter value @tsc, in *@ns: false when @tsc is
+ * outside the anchor's span (before it, or too far after).
+ */
+static inline bool fast_est(const struct fast_anchor *a, uint64_t tsc, uint64_t *ns)
+{
+	uint64_t d = tsc - a->tsc;	/* a counter before the anchor wraps: too far */
+
+	if (__builtin_expect(d > a->span, 0))
+		return false;
+	/* d <= span keeps d * mult under FAST_SPAN_NS << 32: no overflow. */
+	*ns = a->ns + ((d * a->mult) >> 32) + FAST_MARGIN_NS;
+	return true;
+}
+
+/* CLOCK_MONOTONIC now, or later by at most FAST_MARGIN_NS and a little. */
+static inline uint64_t fast_now(void)
+{
+#if defined(__x86_64__)
+	uint64_t ns;
+
+	if (__builtin_expect(fast_est(&fast_anchor, __builtin_ia32_rdtsc(), &ns), 1))
+		return ns;
+#endif
+	return fast_reanchor();
 }
 
 /* The tick that contains @ns (rounds down): the wheel's current tick. */

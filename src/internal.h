@@ -65,28 +65,36 @@ int thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 void thread_name(const char *role, int a, int b);
 
 /* ---- ids ----------------------------------------------------------------
- * An id is gen:32 | shard:8 | index:24.  The generation is the upper half of
- * the record's state word and changes each time the record is reused, so a
- * stale id fails the generation compare; generations start at a per-service
- * random value, so an id of another service is rejected too (but for a
- * 2^-32 chance).  A generation is never 0, so no id is 0.
+ * An id is fast:1 | gen:31 | shard:8 | index:24.  The generation is the
+ * upper half of the record's state word (whose top bit stays 0) and changes
+ * each time the record is reused, so a stale id fails the generation
+ * compare; generations start at a per-service random value, so an id of
+ * another service is rejected too (but for a 2^-31 chance).  A generation
+ * is never 0, so no id is 0.  The fast bit says that the timer's slack
+ * lets its resets read the counter clock (clock.h): a reset knows which
+ * clock to read before it has loaded the record.  It is set at arm, and
+ * wherever an id is made again from its record (shard_rec_id()), from the
+ * record's slack (rec_fast()); nothing compares it.
  */
 #define ID_INDEX_BITS	24
 #define ID_SHARD_BITS	8
 #define MAX_SHARDS	(1u << ID_SHARD_BITS)
 #define MAX_RECORDS	(1u << ID_INDEX_BITS)	/* per shard */
+#define GEN_MASK	UINT32_C(0x7fffffff)
+#define ID_FAST		(UINT64_C(1) << 63)
 
-static inline kairos_id id_make(uint32_t gen, unsigned shard, uint32_t index)
+static inline kairos_id id_make(uint32_t gen, unsigned shard, uint32_t index, bool fast)
 {
-	return (uint64_t)gen << 32 | (uint64_t)shard << ID_INDEX_BITS | index;
+	return (fast ? ID_FAST : 0) | (uint64_t)gen << 32 | (uint64_t)shard << ID_INDEX_BITS | index;
 }
 
-static inline uint32_t id_gen(kairos_id id) { return (uint32_t)(id >> 32); }
+static inline uint32_t id_gen(kairos_id id) { return (uint32_t)(id >> 32) & GEN_MASK; }
 static inline unsigned id_shard(kairos_id id) { return (unsigned)(id >> ID_INDEX_BITS) & (MAX_SHARDS - 1); }
 static inline uint32_t id_index(kairos_id id) { return (uint32_t)id & (MAX_RECORDS - 1); }
 
 /* ---- the state word -----------------------------------------------------
- * One 64-bit atomic per record decides every race: gen:32 | ver:23 | flags:9.
+ * One 64-bit atomic per record decides every race: gen:32 | ver:23 | flags:9
+ * (the generation's top bit always 0: GEN_MASK).
  *
  *   FREE ──arm──▶ PENDING ──expire (shard)──▶ FIRING ──worker──▶ RUNNING ──▶ (ended)
  *                  │  ▲ │                        │                   │
@@ -693,7 +701,14 @@ struct shard {
 struct kairos {
 	_Atomic int dead;		/* set by kairos_destroy() or, in a child, by fork */
 	struct kairos_config cfg;
-	uint32_t salt;			/* first generation of every record */
+	uint32_t salt;			/* first generation of every record (31 bits) */
+	/*
+	 * Least slack, in ticks, of a timer that reads the counter clock
+	 * (clock.h); 0: none does (KAIROS_EXACT_CLOCK, a clock other than
+	 * CLOCK_MONOTONIC, or no usable counter).  fast_slack_ns: the same in ns.
+	 */
+	uint32_t fast_ticks;
+	uint64_t fast_slack_ns;
 	unsigned nshards;
 	struct shard **shards;
 	enum kairos_backend backend;	/* after $KAIROS_BACKEND (backend.c) */
@@ -802,6 +817,24 @@ static inline uint64_t service_now(struct kairos *k)
 		/* Acquire pairs with kairos_clock_advance()'s store. */
 		return atomic_load_explicit(&k->manual_now, memory_order_acquire);
 	return clock_now_ns(k->cfg.clock);
+}
+
+/*
+ * The service clock for a timer whose id has the fast bit (@fast): the
+ * counter clock where the service allows it, never earlier than
+ * service_now() and later by at most FAST_MARGIN_NS and a little.
+ */
+static inline uint64_t service_now_slack(struct kairos *k, bool fast)
+{
+	if (fast && k->fast_ticks)
+		return fast_now();
+	return service_now(k);
+}
+
+/* Whether a timer with @slack_ticks reads the counter clock (its id's fast bit). */
+static inline bool slack_fast(const struct kairos *k, uint32_t slack_ticks)
+{
+	return k->fast_ticks && slack_ticks >= k->fast_ticks;
 }
 /*
  * A manual-clock service's shard or worker is about to go quiet (sleep, or

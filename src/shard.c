@@ -45,7 +45,8 @@ static struct rec *rec_of(struct wheel_timer *t)
 
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 {
-	return id_make(st_gen(state), s->index, table_index(s, r));
+	return id_make(st_gen(state), s->index, table_index(s, r),
+		       slack_fast(s->k, __atomic_load_n(&r->wt.slack, __ATOMIC_RELAXED)));
 }
 
 /*

@@ -9,6 +9,7 @@
  *  from            to                  thread        ordering    the record then
  *  --------------  ------------------  ------------  ----------  -------------------------------
  *  DONE/CANCELLED  FREE, gen + 1       allocator     relaxed     is the allocator's alone
+ *                  (31 bits, never 0)
  *                                      (after a grace period: no reader still holds the old id)
  *  FREE            PENDING | QUEUED    arming        relaxed     is posted; the post's release
  *                                                                publishes the word and fields
@@ -73,7 +74,7 @@
 /* DONE/CANCELLED -> FREE: a record leaves the pool with a new generation. */
 static inline void timer_recycle(struct rec *r)
 {
-	uint32_t gen = st_gen(atomic_load_explicit(&r->state, memory_order_relaxed)) + 1;
+	uint32_t gen = (st_gen(atomic_load_explicit(&r->state, memory_order_relaxed)) + 1) & GEN_MASK;
 
 	if (gen == 0)
 		gen = 1;	/* no id is 0 */

@@ -69,8 +69,8 @@ extern "C" {
 
 /*
  * A timer's handle.  0 is never a valid id.  An id names its record and the
- * record's 32-bit generation, so a stale id (or one of another service) is
- * rejected with -ENOENT, except with a chance of 2^-32 per record reuse.
+ * record's 31-bit generation, so a stale id (or one of another service) is
+ * rejected with -ENOENT, except with a chance of 2^-31 per record reuse.
  */
 typedef uint64_t kairos_id;
 
@@ -122,7 +122,7 @@ struct kairos_config {
 	enum kairos_delivery delivery;
 	enum kairos_backend backend;
 	unsigned ring_entries;		/* io_uring SQ size; 0: 8; 1 works (slower) */
-	unsigned flags;			/* KAIROS_HUGE_PAGES, or 0 */
+	unsigned flags;			/* KAIROS_HUGE_PAGES, KAIROS_EXACT_CLOCK, or 0 */
 	uint64_t reserved[8];		/* must be 0 */
 };
 
@@ -135,6 +135,16 @@ struct kairos_config {
  * kernel does to find a huge page).  See kairos_config_default(3).
  */
 #define KAIROS_HUGE_PAGES	1u
+
+/*
+ * kairos_config.flags: every timer takes "now" from clock_gettime(), as
+ * exact timers always do.  Without it, on x86-64 machines whose kernel
+ * keeps time with the CPU's time-stamp counter, a timer with at least
+ * 50 us (and one tick) of slack takes it from that counter, read without
+ * waiting for the instructions before it, and may fire up to 20 us later
+ * for it, never earlier.  See kairos_arm_slack(3).
+ */
+#define KAIROS_EXACT_CLOCK	2u
 
 /*
  * kairos_config.clock: a clock that only kairos_clock_advance() moves, for

@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * clock.c - the counter clock that timers with slack read (src/clock.h):
+ * its estimate on made-up anchors, its estimate beside clock_gettime() on
+ * every CPU, which timers take it (the id's fast bit, the same in the
+ * callback), and slack timers armed and reset from several threads never
+ * firing early, with the counter and with KAIROS_EXACT_CLOCK.
+ *
+ * Where the kernel does not keep time with the counter (fast_clock_usable()
+ * false), the same checks run and find every timer on the ordered clock.
+ * Real clock, shared 2-core machine: lower bounds are strict, upper bounds
+ * generous, and nothing asserts speed.
+ */
+#include <pthread.h>
+#include <sched.h>
+
+#include "t_util.h"
+
+#include "../src/internal.h"
+
+/* ------------------------------------------------------------------ */
+/* The estimate                                                        */
+
+/*
+ * fast_est() on a made-up anchor: the margin on top, the rate applied, and
+ * nothing outside the span (before the anchor, or past its end).
+ */
+START_TEST(test_clock_estimate)
+{
+	const struct fast_anchor a = {
+		.tsc = UINT64_C(1) << 40, .ns = 5 * T_SEC,
+		.mult = UINT64_C(1) << 31,	/* 0.5 ns a tick */
+		.span = 100000,			/* 50 us at that rate */
+	};
+	uint64_t seed = t_seed(41), ns = 0, prev = 0;
+
+	ck_assert(fast_est(&a, a.tsc, &ns));
+	ck_assert_uint_eq(ns, a.ns + FAST_MARGIN_NS);
+	ck_assert(fast_est(&a, a.tsc + 2000, &ns));
+	ck_assert_uint_eq(ns, a.ns + 1000 + FAST_MARGIN_NS);
+	ck_assert(fast_est(&a, a.tsc + a.span, &ns));
+	ck_assert_uint_eq(ns, a.ns + 50000 + FAST_MARGIN_NS);
+	ns = 7;
+	ck_assert(!fast_est(&a, a.tsc + a.span + 1, &ns));
+	ck_assert(!fast_est(&a, a.tsc - 1, &ns));
+	ck_assert(!fast_est(&a, 0, &ns));
+	ck_assert_uint_eq(ns, 7);	/* untouched when refused */
+	/* Never below the anchor plus the margin; rising with the counter. */
+	for (uint64_t d = 0; d <= a.span; d += 1 + t_rand_below(&seed, 997)) {
+		ck_assert(fast_est(&a, a.tsc + d, &ns));
+		ck_assert_uint_ge(ns, a.ns + FAST_MARGIN_NS);
+		ck_assert_uint_ge(ns, prev);
+		ck_assert_uint_le(ns, a.ns + FAST_MARGIN_NS + d / 2);
+		prev = ns;
+	}
+	/* No anchor yet (a thread's first call): nothing is served. */
+	{
+		const struct fast_anchor none = { 0 };
+
+		ck_assert(!fast_est(&none, UINT64_C(1) << 40, &ns));
+	}
+}
+END_TEST
+
+/* Pins the calling thread to CPU @cpu of the ones it may run on, best effort. */
+static void pin_to(unsigned cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu % CPU_SETSIZE, &set);
+	(void)sched_setaffinity(0, sizeof(set), &set);
+}
+
+/*
+ * fast_now() between two clock_gettime() reads, 300 ms long, the thread
+ * moved to each CPU in turn: never below the read before it, above the
+ * read after it by no more than the margin and a generous allowance.
+ * Once the rate is known (FAST_CAL_NS after the first service), nearly
+ * every read is the counter's.
+ */
+START_TEST(test_clock_fast_never_early)
+{
+	struct kairos *k = t_create(NULL);	/* the first service: the rate's base */
+	unsigned ncpu = t_ncpu();
+	uint64_t start = t_mono(), reads = 0, counter = 0, worst_early = 0;
+	cpu_set_t was;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(was), &was), 0);
+	while (t_mono() - start < 300 * T_MS) {
+		for (int i = 0; i < 1000; i++) {
+			uint64_t before = t_mono(), est = fast_now(), after = t_mono();
+
+			if (est < before && before - est > worst_early)
+				worst_early = before - est;
+			ck_assert_msg(est <= after + FAST_MARGIN_NS + 100 * T_US,
+				      "estimate %" PRIu64 " ns after the read that followed it",
+				      est - after);
+			reads++;
+			/* A counter read leaves the anchor as it was, and the margin on. */
+			if (fast_anchor.span && est != fast_anchor.ns)
+				counter++;
+		}
+		pin_to((unsigned)(reads / 1000) % ncpu);
+	}
+	(void)sched_setaffinity(0, sizeof(was), &was);
+	ck_assert_msg(worst_early == 0, "an estimate was %" PRIu64 " ns early", worst_early);
+	if (fast_clock_usable())
+		ck_assert_msg(counter > reads / 2, "%" PRIu64 " of %" PRIu64 " reads on the counter",
+			      counter, reads);
+	else
+		ck_assert_uint_eq(counter, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Which timers take it                                                */
+
+/* Arms a slack timer of @slack_ns on @k, waits for it, returns its id. */
+static kairos_id slack_id(struct kairos *k, uint64_t slack_ns, bool *same_in_callback)
+{
+	struct t_timer tm;
+	uint64_t before = t_now(k), fired = t_u64(&tt.fired);
+
+	t_timer_init(&tm, &tt, before + 2 * T_MS, 0);
+	ck_assert_int_eq(kairos_arm_slack(k, 2 * T_MS, slack_ns, t_cb, &tm, &tm.id), 0);
+	atomic_fetch_add(&tt.armed, 1);
+	/* The tally moves last: the callback is done with @tm. */
+	t_wait_fired(fired + 1);
+	/* The callback's id is made again from the record: the same bit. */
+	*same_in_callback = t_u64(&tm.cb_id) == tm.id;
+	return tm.id;
+}
+
+/*
+ * The fast bit: set at arm for a slack of at least FAST_SLACK_MIN_NS and
+ * one tick, on a CLOCK_MONOTONIC service without KAIROS_EXACT_CLOCK whose
+ * machine has the counter; never on an exact timer; and the id the
+ * callback gets has it too.
+ */
+START_TEST(test_clock_which_timers)
+{
+	bool usable = fast_clock_usable(), same;
+	struct kairos_config c = t_cfg(2, 1);
+	struct kairos *k = t_create(&c);
+	struct t_timer plain;
+	kairos_id id;
+
+	ck_assert_int_eq(!!(slack_id(k, 3 * T_MS, &same) & ID_FAST), usable);
+	ck_assert(same);
+	ck_assert_int_eq(!!(slack_id(k, T_MS, &same) & ID_FAST), usable);
+	ck_assert(same);
+	/* Under one tick (1 ms) of slack the timer is exact. */
+	ck_assert_int_eq(!!(slack_id(k, T_MS - 1, &same) & ID_FAST), 0);
+	ck_assert(same);
+	ck_assert_int_eq(t_arm(k, &tt, &plain, 2 * T_MS), 0);
+	ck_assert_int_eq(!!(plain.id & ID_FAST), 0);
+	t_wait_fired(4);
+	ck_assert(t_u64(&plain.cb_id) == plain.id);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+
+	/* A 10 us tick: 50 us of slack is five ticks and takes the counter, 49 us does not. */
+	c.tick_ns = 10 * T_US;
+	k = t_create(&c);
+	ck_assert_int_eq(!!(slack_id(k, 50 * T_US, &same) & ID_FAST), usable);
+	ck_assert(same);
+	ck_assert_int_eq(!!(slack_id(k, 49 * T_US, &same) & ID_FAST), 0);
+	ck_assert(same);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+
+	/* KAIROS_EXACT_CLOCK, CLOCK_BOOTTIME: every timer exact. */
+	c = t_cfg(2, 1);
+	c.flags = KAIROS_EXACT_CLOCK;
+	k = t_create(&c);
+	id = slack_id(k, 10 * T_MS, &same);
+	ck_assert(!(id & ID_FAST) && same);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	c = t_cfg(2, 1);
+	c.clock = CLOCK_BOOTTIME;
+	k = t_create(&c);
+	tt.clock = CLOCK_BOOTTIME;
+	id = slack_id(k, 10 * T_MS, &same);
+	ck_assert(!(id & ID_FAST) && same);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	t_check_calls(&tt, T_LATE);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Never early, from several threads                                   */
+
+enum { TH = 4, PER = 400 };
+
+struct arm_thread {
+	struct kairos *k;
+	struct t_timer *tm;	/* PER of them */
+	uint64_t *due;		/* the deadline each must not start before */
+	uint64_t *slack;
+	uint64_t seed;
+};
+
+/*
+ * Arms PER slack timers 300 ms out, then resets each to U[1,30] ms from a
+ * clock read taken just before the reset: the deadline it must keep.
+ */
+static void *arm_thread(void *arg)
+{
+	struct arm_thread *a = arg;
+
+	for (int i = 0; i < PER; i++) {
+		a->slack[i] = T_MS + t_rand_below(&a->seed, 4 * T_MS);
+		t_timer_init(&a->tm[i], &tt, 0, 0);	/* judged after, from first_ns */
+		if (kairos_arm_slack(a->k, 300 * T_MS, a->slack[i], t_cb, &a->tm[i],
+				     &a->tm[i].id) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+		else
+			atomic_fetch_add(&tt.armed, 1);
+	}
+	for (int i = 0; i < PER; i++) {
+		uint64_t delay = T_MS + t_rand_below(&a->seed, 29 * T_MS);
+
+		a->due[i] = t_now(a->k) + delay;
+		if (kairos_reset(a->k, a->tm[i].id, delay) != 0)
+			atomic_fetch_add(&tt.bad, 1);
+	}
+	return NULL;
+}
+
+/*
+ * TH threads arm and reset slack timers at once; each callback starts at
+ * or after its reset's clock read plus its delay, and within its slack and
+ * the usual allowance.  Loop 0: the default service (the counter where the
+ * machine has it); loop 1: KAIROS_EXACT_CLOCK.
+ */
+START_TEST(test_clock_slack_never_early)
+{
+	struct kairos_config c = t_cfg(2, 2);
+	struct arm_thread at[TH];
+	pthread_t th[TH];
+	struct kairos *k;
+
+	if (_i == 1)
+		c.flags = KAIROS_EXACT_CLOCK;
+	k = t_create(&c);
+	/* Past the rate's measuring interval, so that the counter serves. */
+	t_sleep_ns(FAST_CAL_NS + 2 * T_MS);
+	for (int j = 0; j < TH; j++) {
+		at[j] = (struct arm_thread){ .k = k, .seed = t_seed(50 + (uint64_t)j) };
+		at[j].tm = calloc(PER, sizeof(*at[j].tm));
+		at[j].due = calloc(PER, sizeof(*at[j].due));
+		at[j].slack = calloc(PER, sizeof(*at[j].slack));
+		ck_assert(at[j].tm && at[j].due && at[j].slack);
+		ck_assert_int_eq(pthread_create(&th[j], NULL, arm_thread, &at[j]), 0);
+	}
+	for (int j = 0; j < TH; j++)
+		pthread_join(th[j], NULL);
+	t_wait_fired(TH * PER);
+	for (int j = 0; j < TH; j++) {
+		for (int i = 0; i < PER; i++) {
+			uint64_t first = t_u64(&at[j].tm[i].first_ns);
+
+			ck_assert_int_eq(at[j].tm[i].runs, 1);
+			ck_assert_msg(first >= at[j].due[i],
+				      "thread %d timer %d started %" PRIu64 " ns early", j, i,
+				      at[j].due[i] - first);
+			ck_assert_uint_le(first, at[j].due[i] + at[j].slack[i] + T_LATE);
+			ck_assert(t_u64(&at[j].tm[i].cb_id) == at[j].tm[i].id);
+			ck_assert_int_eq(!!(at[j].tm[i].id & ID_FAST),
+					 _i == 0 && fast_clock_usable());
+		}
+		free(at[j].tm);
+		free(at[j].due);
+		free(at[j].slack);
+	}
+	t_check_calls(&tt, 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("clock");
+	TCase *tc = tcase_create("counter");
+
+	tcase_add_checked_fixture(tc, t_setup, NULL);
+	tcase_add_test(tc, test_clock_estimate);
+	tcase_add_test(tc, test_clock_fast_never_early);
+	tcase_add_test(tc, test_clock_which_timers);
+	tcase_add_loop_test(tc, test_clock_slack_never_early, 0, 2);
+	suite_add_tcase(s, tc);
+	return t_main(s, "clock");
+}
