@@ -254,6 +254,8 @@ static void pb_unmap(void *p, size_t size)
 static bool pb_settle_all;
 /* --huge-pages: the kairos columns' services get KAIROS_HUGE_PAGES. */
 static bool pb_huge_pages;
+/* --exact-clock: and KAIROS_EXACT_CLOCK (slack timers read clock_gettime()). */
+static bool pb_exact_clock;
 
 static void pb_quiesce(const struct pb_impl *im)
 {
@@ -355,12 +357,14 @@ static void pk_cb(void *arg, kairos_id id, int status)
 	pb_fired((uint32_t)(uintptr_t)arg);
 }
 
-/* The kairos columns' config: the default, with --huge-pages if given. */
+/* The kairos columns' config: the default, with --huge-pages and --exact-clock if given. */
 static void pk_config(struct kairos_config *cfg)
 {
 	kairos_config_default(cfg);
 	if (pb_huge_pages)
 		cfg->flags |= KAIROS_HUGE_PAGES;
+	if (pb_exact_clock)
+		cfg->flags |= KAIROS_EXACT_CLOCK;
 }
 
 static void pk_setup(size_t cap)
@@ -484,9 +488,10 @@ static void pk_describe(char *buf, size_t len)
 	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
 		backend = "?";
 	snprintf(buf, len, "kairos %d.%d.%d: default config (one shard per CPU, %u workers "
-		 "each, 1 ms tick)%s, backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
+		 "each, 1 ms tick)%s%s, backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
 		 KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u,
-		 pb_huge_pages ? " + KAIROS_HUGE_PAGES" : "", backend);
+		 pb_huge_pages ? " + KAIROS_HUGE_PAGES" : "",
+		 pb_exact_clock ? " + KAIROS_EXACT_CLOCK" : "", backend);
 	rc = kairos_destroy(k, KAIROS_DRAIN_DROP);
 	if (rc != 0)
 		bench_die("kairos_destroy: %d", rc);
@@ -2110,6 +2115,7 @@ static void pb_usage(FILE *f)
 		"usage: kairos-bench peer [--n N]... [--runs N] [--seed S] [--only NAME,...]\n"
 		"                         [--markdown] [--plot FILE.svg] [--raw] [--pin CPU]\n"
 		"                         [--cycles K] [--settle-all] [--huge-pages]\n"
+		"                         [--exact-clock]\n"
 		"\n"
 		"The same workloads on kairos, kairos-loop, libev, libuv, libevent (those\n"
 		"found at build time) and one timerfd per timer, each value with its ratio\n"
@@ -2136,6 +2142,8 @@ static void pb_usage(FILE *f)
 		"  --settle-all   pause every column before each timed phase, as kairos's\n"
 		"                 are (default: only the columns with threads of their own)\n"
 		"  --huge-pages   the kairos columns' services get KAIROS_HUGE_PAGES\n"
+		"  --exact-clock  and KAIROS_EXACT_CLOCK: the idle rows' slack timers read\n"
+		"                 clock_gettime(), not the time-stamp counter\n"
 		"  -h, --help     this text\n"
 		"\n"
 		"libevent runs with its default flags (CLOCK_MONOTONIC_COARSE); set\n"
@@ -2198,6 +2206,7 @@ int pb_main(int argc, char **argv)
 		{ "cycles", required_argument, NULL, 'C' },
 		{ "settle-all", no_argument, NULL, 'S' },
 		{ "huge-pages", no_argument, NULL, 'H' },
+		{ "exact-clock", no_argument, NULL, 'E' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct pb_opts o = { .b = { .seed = 1 } };
@@ -2227,6 +2236,9 @@ int pb_main(int argc, char **argv)
 			break;
 		case 'H':
 			pb_huge_pages = true;
+			break;
+		case 'E':
+			pb_exact_clock = true;
 			break;
 		case 'h':
 			pb_usage(stdout);
