@@ -158,8 +158,9 @@ out:
  * later value t is n + (t - c) * rate <= n + (t - t1) * rate.  The estimate
  * is n + (t - t1) * mult + FAST_MARGIN_NS with t - t1 at most one span
  * (FAST_SPAN_NS at mult's rate), so it is early only if the real rate
- * exceeds mult's by more than margin / span, 40%: NTP slews the clock by
- * 0.05% at most and adjtimex()'s tick by 10%.  The margin also covers the
+ * exceeds mult's by more than margin / span, 40% (a third, with room left
+ * for what follows): NTP slews the clock by 0.05% at most and adjtimex()'s
+ * tick by 10%.  The margin also covers the
  * unordered counter read running ahead of the instructions before it (a
  * few memory latencies) and the counters of two CPUs differing (the kernel
  * keeps them in step or stops using them as its clocksource).
@@ -171,11 +172,12 @@ out:
 _Thread_local struct fast_anchor fast_anchor;
 
 static struct {
-	pthread_once_t once;
-	bool usable;
+	pthread_mutex_t lock;		/* over the look at the machine */
+	int known;			/* 1: usable, -1: not, 0: not looked at yet */
+	bool usable;			/* known == 1, for the readers outside the lock */
 	uint64_t base_tsc, base_ns;	/* the first anchor, set once */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
-} fast = { .once = PTHREAD_ONCE_INIT };
+} fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 #if defined(__x86_64__)
 /* The counter after every earlier instruction has finished. */
@@ -185,11 +187,24 @@ static inline uint64_t tsc_ordered(void)
 	return __builtin_ia32_rdtsc();
 }
 
+/*
+ * Opens @path for reading; *@transient set when it failed for want of a
+ * file descriptor or memory, which a later look may not lack.
+ */
+static FILE *open_look(const char *path, bool *transient)
+{
+	FILE *f = fopen(path, "re");
+
+	if (!f && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+		*transient = true;
+	return f;
+}
+
 /* Whether the first line of @path is @want. */
-static bool file_is(const char *path, const char *want)
+static bool file_is(const char *path, const char *want, bool *transient)
 {
 	char line[64];
-	FILE *f = fopen(path, "re");
+	FILE *f = open_look(path, transient);
 	bool is = false;
 
 	if (f) {
@@ -203,10 +218,10 @@ static bool file_is(const char *path, const char *want)
 }
 
 /* Whether the first "flags" line of /proc/cpuinfo has every flag in @want. */
-static bool cpu_flags_have(const char *const *want, size_t n)
+static bool cpu_flags_have(const char *const *want, size_t n, bool *transient)
 {
-	char line[4096];
-	FILE *f = fopen("/proc/cpuinfo", "re");
+	char line[8192];
+	FILE *f = open_look("/proc/cpuinfo", transient);
 	bool have = false;
 
 	if (!f)
@@ -221,7 +236,7 @@ static bool cpu_flags_have(const char *const *want, size_t n)
 
 			have = false;
 			while ((p = strstr(p, want[i])) != NULL) {
-				if (p[-1] == ' ' && (p[len] == ' ' || p[len] == '\n')) {
+				if (p > line && p[-1] == ' ' && (p[len] == ' ' || p[len] == '\n')) {
 					have = true;
 					break;
 				}
@@ -235,24 +250,46 @@ static bool cpu_flags_have(const char *const *want, size_t n)
 }
 #endif
 
-static void fast_init(void)
+/* Looks at the machine: 1 usable, -1 not, 0 could not tell (no fd or memory). */
+static int fast_look(void)
 {
 #if defined(__x86_64__)
 	static const char *const flags[] = { "constant_tsc", "nonstop_tsc" };
+	bool transient = false;
 
-	if (!file_is("/sys/devices/system/clocksource/clocksource0/current_clocksource", "tsc") ||
-	    !cpu_flags_have(flags, sizeof(flags) / sizeof(flags[0])))
-		return;
-	fast.base_tsc = tsc_ordered();
-	fast.base_ns = clock_now_ns(CLOCK_MONOTONIC);
-	fast.usable = true;
+	if (!file_is("/sys/devices/system/clocksource/clocksource0/current_clocksource", "tsc",
+		     &transient) ||
+	    !cpu_flags_have(flags, sizeof(flags) / sizeof(flags[0]), &transient))
+		return transient ? 0 : -1;
+	return 1;
+#else
+	return -1;
 #endif
 }
 
+/*
+ * Called by kairos_create(), outside any read-side section.  A look that
+ * could not open its files for want of a descriptor or memory says no for
+ * this service and is made again by the next create.
+ */
 bool fast_clock_usable(void)
 {
-	(void)pthread_once(&fast.once, fast_init);
-	return fast.usable;
+	bool usable;
+
+	(void)pthread_mutex_lock(&fast.lock);
+	if (!fast.known) {
+		fast.known = fast_look();
+#if defined(__x86_64__)
+		if (fast.known == 1) {
+			fast.base_tsc = tsc_ordered();
+			fast.base_ns = clock_now_ns(CLOCK_MONOTONIC);
+			fast.usable = true;
+		}
+#endif
+	}
+	usable = fast.known == 1;
+	(void)pthread_mutex_unlock(&fast.lock);
+	return usable;
 }
 
 /*
@@ -277,7 +314,10 @@ uint64_t fast_reanchor(void)
 	struct fast_anchor *a = &fast_anchor;
 	uint64_t mult;
 
-	/* fast_clock_usable() ran before any service could call here. */
+	/*
+	 * Set before the first service that uses it was created, which any
+	 * thread calling here has seen.
+	 */
 	if (!fast.usable)
 		return clock_now_ns(CLOCK_MONOTONIC);
 #if defined(__x86_64__)

@@ -74,7 +74,7 @@ void thread_name(const char *role, int a, int b);
  * lets its resets read the counter clock (clock.h): a reset knows which
  * clock to read before it has loaded the record.  It is set at arm, and
  * wherever an id is made again from its record (shard_rec_id()), from the
- * record's slack (rec_fast()); nothing compares it.
+ * record's slack (slack_fast()); nothing compares it.
  */
 #define ID_INDEX_BITS	24
 #define ID_SHARD_BITS	8
