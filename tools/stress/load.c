@@ -66,6 +66,7 @@ const char *const api_names[A_N] = {
 	[A_ARM] = "kairos_arm",
 	[A_ARM_EVERY] = "kairos_arm_every",
 	[A_ARM_OPTS] = "kairos_arm_opts",
+	[A_ARM_SLACK] = "kairos_arm_slack",
 	[A_RESET] = "kairos_reset",
 	[A_CANCEL] = "kairos_cancel",
 	[A_CANCEL_SYNC] = "kairos_cancel_sync",
@@ -709,23 +710,32 @@ static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 	uint32_t epoch = slot_prepare(s, false, shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct,
 				      qno);
 	struct kairos_timer_opts o = { 0 };
+	enum api_call a = qno ? A_ARM_OPTS : A_ARM;
 	int rc;
 
-	if (qno) {
+	/*
+	 * An idle timeout now and then with a tenth of slack, which reads the
+	 * counter clock where the machine has it (it and its resets): still
+	 * never early.
+	 */
+	if (!shorty && !rng_below(&t->rng, 4))
+		o.slack_ns = delay / 10;
+	if (qno)
 		o.queue = S.qd[qno - 1].q;
-		/* An idle timeout now and then with a tenth of slack: still never early. */
-		if (!shorty && !rng_below(&t->rng, 4))
-			o.slack_ns = delay / 10;
-	}
+	else if (o.slack_ns)
+		a = A_ARM_SLACK;
 	before = service_now();
 	if (qno)
 		rc = kairos_arm_opts(S.k, delay, &o, on_timer, slot_arg(idx, epoch), &s->id);
+	else if (o.slack_ns)
+		rc = kairos_arm_slack(S.k, delay, o.slack_ns, on_timer, slot_arg(idx, epoch),
+				      &s->id);
 	else
 		rc = kairos_arm(S.k, delay, on_timer, slot_arg(idx, epoch), &s->id);
-	count(t, qno ? A_ARM_OPTS : A_ARM, rc);
+	count(t, a, rc);
 	if (rc) {
-		violation(V_RC, "%s(%" PRIu64 " ns) returned %d (%s)",
-			  qno ? "kairos_arm_opts" : "kairos_arm", delay, rc, strerror(-rc));
+		violation(V_RC, "%s(%" PRIu64 " ns) returned %d (%s)", api_names[a], delay, rc,
+			  strerror(-rc));
 		s->last_end = E_NONE;
 		fq_push(t, idx);
 		return;

@@ -73,6 +73,7 @@ enum api_call {
 	A_ARM,
 	A_ARM_EVERY,
 	A_ARM_OPTS,	/* a queue's timers, one-shot and periodic */
+	A_ARM_SLACK,	/* idle timeouts with a tenth of slack, on the workers */
 	A_RESET,
 	A_CANCEL,
 	A_CANCEL_SYNC,
