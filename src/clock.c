@@ -175,6 +175,7 @@ static struct {
 	pthread_mutex_t lock;		/* over the look at the machine */
 	int known;			/* 1: usable, -1: not, 0: not looked at yet */
 	bool usable;			/* known == 1, for the readers outside the lock */
+	const char *why;		/* the look's answer, for kairos_clock_info() */
 	uint64_t base_tsc, base_ns;	/* the first anchor, set once */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -250,19 +251,33 @@ static bool cpu_flags_have(const char *const *want, size_t n, bool *transient)
 }
 #endif
 
-/* Looks at the machine: 1 usable, -1 not, 0 could not tell (no fd or memory). */
-static int fast_look(void)
+/*
+ * Looks at the machine: 1 usable, -1 not, 0 could not tell (no fd or
+ * memory); *@why says which, in a sentence for people.
+ */
+static int fast_look(const char **why)
 {
 #if defined(__x86_64__)
 	static const char *const flags[] = { "constant_tsc", "nonstop_tsc" };
 	bool transient = false;
 
 	if (!file_is("/sys/devices/system/clocksource/clocksource0/current_clocksource", "tsc",
-		     &transient) ||
-	    !cpu_flags_have(flags, sizeof(flags) / sizeof(flags[0]), &transient))
+		     &transient)) {
+		*why = transient ? "could not read the kernel's clocksource (no file descriptor or "
+				   "memory at create)"
+				 : "the kernel's clocksource is not tsc";
 		return transient ? 0 : -1;
+	}
+	if (!cpu_flags_have(flags, sizeof(flags) / sizeof(flags[0]), &transient)) {
+		*why = transient ? "could not read /proc/cpuinfo (no file descriptor or memory at "
+				   "create)"
+				 : "the CPU lacks constant_tsc or nonstop_tsc";
+		return transient ? 0 : -1;
+	}
+	*why = "clocksource tsc, constant_tsc and nonstop_tsc";
 	return 1;
 #else
+	*why = "not an x86-64 machine";
 	return -1;
 #endif
 }
@@ -272,13 +287,13 @@ static int fast_look(void)
  * could not open its files for want of a descriptor or memory says no for
  * this service and is made again by the next create.
  */
-bool fast_clock_usable(void)
+bool fast_clock_usable(const char **why)
 {
 	bool usable;
 
 	(void)pthread_mutex_lock(&fast.lock);
 	if (!fast.known) {
-		fast.known = fast_look();
+		fast.known = fast_look(&fast.why);
 #if defined(__x86_64__)
 		if (fast.known == 1) {
 			fast.base_tsc = tsc_ordered();
@@ -288,6 +303,7 @@ bool fast_clock_usable(void)
 #endif
 	}
 	usable = fast.known == 1;
+	*why = fast.why;
 	(void)pthread_mutex_unlock(&fast.lock);
 	return usable;
 }

@@ -57,9 +57,9 @@ extern _Thread_local struct fast_anchor fast_anchor __attribute__((visibility("h
  * Whether the counter clock can serve CLOCK_MONOTONIC in this process: an
  * x86-64 CPU whose counter runs at one rate in every state (constant_tsc,
  * nonstop_tsc) and a kernel whose clocksource is that counter.  Looked at
- * once per process.
+ * once per process; *@why gets the reason, a static sentence.
  */
-bool fast_clock_usable(void);
+bool fast_clock_usable(const char **why);
 
 /* The ordered read, a new anchor for this thread; returns the time read. */
 uint64_t fast_reanchor(void);

@@ -709,6 +709,7 @@ struct kairos {
 	 */
 	uint32_t fast_ticks;
 	uint64_t fast_slack_ns;
+	const char *clock_why;		/* why, or why not (kairos_clock_info()); static */
 	unsigned nshards;
 	struct shard **shards;
 	enum kairos_backend backend;	/* after $KAIROS_BACKEND (backend.c) */

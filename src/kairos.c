@@ -346,8 +346,13 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 	 * Slack timers read the counter clock where it serves the service's
 	 * clock: slack of at least FAST_SLACK_MIN_NS and one tick (clock.h).
 	 */
-	if (k->cfg.clock == CLOCK_MONOTONIC && !(k->cfg.flags & KAIROS_EXACT_CLOCK) &&
-	    fast_clock_usable()) {
+	if (service_manual(k))
+		k->clock_why = "the service runs on the manual clock";
+	else if (k->cfg.clock != CLOCK_MONOTONIC)
+		k->clock_why = "the service clock is CLOCK_BOOTTIME";
+	else if (k->cfg.flags & KAIROS_EXACT_CLOCK)
+		k->clock_why = "KAIROS_EXACT_CLOCK is set";
+	else if (fast_clock_usable(&k->clock_why)) {
 		k->fast_ticks = (uint32_t)((FAST_SLACK_MIN_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns);
 		k->fast_slack_ns = k->fast_ticks * k->cfg.tick_ns;
 	}
@@ -1541,6 +1546,20 @@ KAIROS_EXPORT int kairos_stats(struct kairos *k, struct kairos_stats *out)
 	ts_unlock(k);
 	if (rc)
 		return kairos_stats(k, out);	/* destroyed meanwhile: the final counters */
+	return 0;
+}
+
+KAIROS_EXPORT int kairos_clock_info(struct kairos *k, const char **name, const char **why)
+{
+	if (!k)
+		return -EINVAL;
+	if (atomic_load_explicit(&k->dead, memory_order_acquire))
+		return -ESHUTDOWN;
+	/* Both fixed at create; the strings are static. */
+	if (name)
+		*name = k->fast_ticks ? "tsc" : service_manual(k) ? "manual" : "clock_gettime";
+	if (why)
+		*why = k->clock_why;
 	return 0;
 }
 

@@ -4,7 +4,8 @@
  * its estimate on made-up anchors, its estimate beside clock_gettime() on
  * every CPU, which timers take it (the id's fast bit, the same in the
  * callback), and slack timers armed and reset from several threads never
- * firing early, with the counter and with KAIROS_EXACT_CLOCK.
+ * firing early, with the counter and with KAIROS_EXACT_CLOCK; what
+ * kairos_clock_info() says of each kind of service.
  *
  * Where the kernel does not keep time with the counter (fast_clock_usable()
  * false), the same checks run and find every timer on the ordered clock.
@@ -17,6 +18,27 @@
 #include "t_util.h"
 
 #include "../src/internal.h"
+
+/* Whether the machine lets slack timers read the counter. */
+static bool counter_usable(void)
+{
+	const char *why;
+
+	return fast_clock_usable(&why);
+}
+
+/* kairos_clock_info() of @k: @name, and a reason that contains @why_has. */
+static void clock_info_is(struct kairos *k, const char *name, const char *why_has)
+{
+	const char *n = NULL, *w = NULL;
+
+	ck_assert_int_eq(kairos_clock_info(k, &n, &w), 0);
+	ck_assert_str_eq(n, name);
+	ck_assert_ptr_nonnull(w);
+	ck_assert_msg(strstr(w, why_has) != NULL, "clock_info why \"%s\" lacks \"%s\"", w,
+		      why_has);
+	ck_assert_int_eq(kairos_clock_info(k, NULL, NULL), 0);
+}
 
 /* ------------------------------------------------------------------ */
 /* The estimate                                                        */
@@ -105,7 +127,7 @@ START_TEST(test_clock_fast_never_early)
 	}
 	(void)sched_setaffinity(0, sizeof(was), &was);
 	ck_assert_msg(worst_early == 0, "an estimate was %" PRIu64 " ns early", worst_early);
-	if (fast_clock_usable())
+	if (counter_usable())
 		ck_assert_msg(counter > reads / 2, "%" PRIu64 " of %" PRIu64 " reads on the counter",
 			      counter, reads);
 	else
@@ -141,12 +163,13 @@ static kairos_id slack_id(struct kairos *k, uint64_t slack_ns, bool *same_in_cal
  */
 START_TEST(test_clock_which_timers)
 {
-	bool usable = fast_clock_usable(), same;
+	bool usable = counter_usable(), same;
 	struct kairos_config c = t_cfg(2, 1);
 	struct kairos *k = t_create(&c);
 	struct t_timer plain;
 	kairos_id id;
 
+	clock_info_is(k, usable ? "tsc" : "clock_gettime", usable ? "constant_tsc" : "");
 	ck_assert_int_eq(!!(slack_id(k, 3 * T_MS, &same) & ID_FAST), usable);
 	ck_assert(same);
 	ck_assert_int_eq(!!(slack_id(k, T_MS, &same) & ID_FAST), usable);
@@ -173,17 +196,26 @@ START_TEST(test_clock_which_timers)
 	c = t_cfg(2, 1);
 	c.flags = KAIROS_EXACT_CLOCK;
 	k = t_create(&c);
+	clock_info_is(k, "clock_gettime", "KAIROS_EXACT_CLOCK");
 	id = slack_id(k, 10 * T_MS, &same);
 	ck_assert(!(id & ID_FAST) && same);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+	ck_assert_int_eq(kairos_clock_info(k, NULL, NULL), -ESHUTDOWN);
+	ck_assert_int_eq(kairos_clock_info(NULL, NULL, NULL), -EINVAL);
 	c = t_cfg(2, 1);
 	c.clock = CLOCK_BOOTTIME;
 	k = t_create(&c);
+	clock_info_is(k, "clock_gettime", "CLOCK_BOOTTIME");
 	tt.clock = CLOCK_BOOTTIME;
 	id = slack_id(k, 10 * T_MS, &same);
 	ck_assert(!(id & ID_FAST) && same);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 	t_check_calls(&tt, T_LATE);
+	c = t_cfg(2, 1);
+	c.clock = KAIROS_CLOCK_MANUAL;
+	k = t_create(&c);
+	clock_info_is(k, "manual", "manual clock");
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 }
 END_TEST
 
@@ -267,7 +299,7 @@ START_TEST(test_clock_slack_never_early)
 			ck_assert_uint_le(first, at[j].due[i] + at[j].slack[i] + T_LATE);
 			ck_assert(t_u64(&at[j].tm[i].cb_id) == at[j].tm[i].id);
 			ck_assert_int_eq(!!(at[j].tm[i].id & ID_FAST),
-					 _i == 0 && fast_clock_usable());
+					 _i == 0 && counter_usable());
 		}
 		free(at[j].tm);
 		free(at[j].due);

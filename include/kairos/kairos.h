@@ -730,6 +730,20 @@ int kairos_stats(struct kairos *k, struct kairos_stats *out);
  */
 int kairos_backend_info(struct kairos *k, unsigned shard, const char **name, const char **why);
 
+/*
+ * kairos_clock_info - which clock the slack timers of @k read, and why.
+ * @name: set to "tsc" (timers with at least 50 us and one tick of slack
+ *        read the time-stamp counter, see KAIROS_EXACT_CLOCK),
+ *        "clock_gettime" (every timer reads the service clock exactly) or
+ *        "manual" (KAIROS_CLOCK_MANUAL); may be NULL
+ * @why:  set to a sentence saying why; may be NULL
+ *
+ * Context: any thread; does not block.  Fixed at create; the strings are
+ * static.
+ * Return: 0; -EINVAL for a NULL @k; -ESHUTDOWN.
+ */
+int kairos_clock_info(struct kairos *k, const char **name, const char **why);
+
 #ifdef __cplusplus
 }
 #endif
