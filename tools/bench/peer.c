@@ -476,7 +476,7 @@ static void pk_describe(char *buf, size_t len)
 {
 	struct kairos_config cfg;
 	struct kairos *k;
-	const char *backend = "?";
+	const char *backend = "?", *clock = "?";
 	int rc;
 
 	pk_config(&cfg);
@@ -487,11 +487,13 @@ static void pk_describe(char *buf, size_t len)
 		bench_die("kairos_create: %s", strerror(-rc));
 	if (kairos_backend_info(k, 0, &backend, NULL) != 0)
 		backend = "?";
+	if (kairos_clock_info(k, &clock, NULL) != 0)
+		clock = "?";
 	snprintf(buf, len, "kairos %d.%d.%d: default config (one shard per CPU, %u workers "
-		 "each, 1 ms tick)%s%s, backend %s", KAIROS_VERSION_MAJOR, KAIROS_VERSION_MINOR,
-		 KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u,
+		 "each, 1 ms tick)%s%s, backend %s, slack timers read %s", KAIROS_VERSION_MAJOR,
+		 KAIROS_VERSION_MINOR, KAIROS_VERSION_PATCH, cfg.workers ? cfg.workers : 2u,
 		 pb_huge_pages ? " + KAIROS_HUGE_PAGES" : "",
-		 pb_exact_clock ? " + KAIROS_EXACT_CLOCK" : "", backend);
+		 pb_exact_clock ? " + KAIROS_EXACT_CLOCK" : "", backend, clock);
 	rc = kairos_destroy(k, KAIROS_DRAIN_DROP);
 	if (rc != 0)
 		bench_die("kairos_destroy: %d", rc);

@@ -577,6 +577,7 @@ static void check_after_destroy(void)
 	expect_shutdown("kairos_cancel_sync", kairos_cancel_sync(S.k, id));
 	expect_shutdown("kairos_now", kairos_now(S.k, &t));
 	expect_shutdown("kairos_backend_info", kairos_backend_info(S.k, 0, &name, NULL));
+	expect_shutdown("kairos_clock_info", kairos_clock_info(S.k, &name, NULL));
 	expect_shutdown("kairos_destroy (a second time)", kairos_destroy(S.k, KAIROS_DRAIN_NOTIFY));
 	if (S.cfg.keys || S.cfg.shared_keys) {
 		unsigned char kb[KAIROS_KEY_MAX];
@@ -733,6 +734,13 @@ static int start_service(void)
 		}
 		snprintf(S.backends[i].name, sizeof(S.backends[i].name), "%s", name);
 		snprintf(S.backends[i].why, sizeof(S.backends[i].why), "%s", why);
+	}
+	rc = kairos_clock_info(S.k, &name, &why);
+	if (rc || !name || !why) {
+		violation(V_API, "kairos_clock_info returned %d", rc);
+	} else {
+		snprintf(S.slack_clock.name, sizeof(S.slack_clock.name), "%s", name);
+		snprintf(S.slack_clock.why, sizeof(S.slack_clock.why), "%s", why);
 	}
 	rc = kairos_backend_info(S.k, S.nshards, &name, &why);
 	if (rc != -EINVAL)

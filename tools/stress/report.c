@@ -493,6 +493,8 @@ int report_text(FILE *f)
 		c->huge_pages ? ", huge pages" : "");
 	for (unsigned i = 0; i < S.nshards && S.backends; i++)
 		fprintf(f, "  shard %u: %s (%s)\n", i, S.backends[i].name, S.backends[i].why);
+	if (S.slack_clock.name[0])
+		fprintf(f, "  slack timers read: %s (%s)\n", S.slack_clock.name, S.slack_clock.why);
 	fprintf(f, "mix:");
 	for (unsigned m = 0; m < M_N; m++)
 		fprintf(f, " %s=%u", mix_names[m], c->mix[m]);
@@ -893,6 +895,10 @@ int report_json(FILE *f)
 		jw_close(&w, '}');
 	}
 	jw_close(&w, ']');
+	jw_open(&w, "clock", '{');
+	jw_s(&w, "slack_timers_read", S.slack_clock.name);
+	jw_s(&w, "why", S.slack_clock.why);
+	jw_close(&w, '}');
 
 	jw_open(&w, "ops", '{');
 	for (unsigned a = 0; a < A_N; a++) {

@@ -455,6 +455,7 @@ struct stress {
 	uint64_t live_tool_pending;	/* timers the slots held when the load stopped */
 	unsigned nshards;
 	struct backend_row *backends;
+	struct backend_row slack_clock;	/* kairos_clock_info(): what slack timers read */
 	uint64_t rss_start_kb, rss_load_kb, rss_end_kb, hwm_kb;
 	struct sample *samples;
 	size_t nsamples, samples_cap;
