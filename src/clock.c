@@ -147,20 +147,26 @@ out:
 }
 
 /* ---- the counter clock (clock.h) -------------------------------------------
- * Each thread keeps its own anchor: one ordered read of CLOCK_MONOTONIC and
- * the counter value taken just before it.  The rate, ns per counter tick,
- * is the process's: measured from the first anchor, the one taken when the
- * first service was created, to the first later one at least FAST_CAL_NS
- * on, and never changed after.  Until then every read is an ordered one.
+ * Each thread keeps its own anchor: an ordered counter read t1 between two
+ * ordered reads of CLOCK_MONOTONIC, the later of which is n.  The rate, ns
+ * per counter tick, is the process's: measured from the first such pair,
+ * taken when the first service was created, to the first later one at
+ * least FAST_CAL_NS on, and never changed after.  Until then every read is
+ * an ordered one.
  *
- * Why the estimate is never early.  The ordered read's time n belongs to
- * some counter value c at or after the anchor's t1, and the real time at a
- * later value t is n + (t - c) * rate <= n + (t - t1) * rate.  The estimate
- * is n + (t - t1) * mult + FAST_MARGIN_NS with t - t1 at most one span
- * (FAST_SPAN_NS at mult's rate), so it is early only if the real rate
- * exceeds mult's by more than margin / span, 40% (a third, with room left
- * for what follows): NTP slews the clock by 0.05% at most and adjtimex()'s
- * tick by 10%.  The margin also covers the
+ * Why the estimate is never early.  n was read after t1, so the real time
+ * at t1 is at most n, and at a later value t at most n + (t - t1) * rate.
+ * The estimate is n + (t - t1) * mult + FAST_MARGIN_NS with t - t1 at most
+ * one span (FAST_SPAN_NS at mult's rate), so it is early only if the real
+ * rate exceeds mult's by more than margin / span, 36% (a third, with room
+ * left for what follows): NTP slews the clock by 0.05% at most and
+ * adjtimex()'s tick by 10%.
+ *
+ * Why it is late by FAST_MARGIN_NS and a microsecond at most.  The real
+ * time at t1 is at least the earlier clock read, and an anchor whose two
+ * clock reads are more than FAST_PAIR_NS apart (the thread was interrupted
+ * among them) serves no estimate: the next call anchors again.  The rate's
+ * own error, from two such pairs FAST_CAL_NS apart, adds 0.02% of a span.  The margin also covers the
  * unordered counter read running ahead of the instructions before it (a
  * few memory latencies) and the counters of two CPUs differing (the kernel
  * keeps them in step or stops using them as its clocksource).
@@ -176,7 +182,7 @@ static struct {
 	int known;			/* 1: usable, -1: not, 0: not looked at yet */
 	bool usable;			/* known == 1, for the readers outside the lock */
 	const char *why;		/* the look's answer, for kairos_clock_info() */
-	uint64_t base_tsc, base_ns;	/* the first anchor, set once */
+	uint64_t base_tsc, base_ns;	/* the first clean pair, set once: ns its midpoint */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -186,6 +192,19 @@ static inline uint64_t tsc_ordered(void)
 {
 	__builtin_ia32_lfence();
 	return __builtin_ia32_rdtsc();
+}
+
+/*
+ * An ordered counter read into *@tsc between two clock reads, the later in
+ * *@ns; returns how far apart the two clock reads were, in ns.
+ */
+static uint64_t fast_pair(uint64_t *tsc, uint64_t *ns)
+{
+	uint64_t before = clock_now_ns(CLOCK_MONOTONIC);
+
+	*tsc = tsc_ordered();
+	*ns = clock_now_ns(CLOCK_MONOTONIC);
+	return *ns - before;
 }
 
 /*
@@ -296,9 +315,18 @@ bool fast_clock_usable(const char **why)
 		fast.known = fast_look(&fast.why);
 #if defined(__x86_64__)
 		if (fast.known == 1) {
-			fast.base_tsc = tsc_ordered();
-			fast.base_ns = clock_now_ns(CLOCK_MONOTONIC);
-			fast.usable = true;
+			uint64_t width = UINT64_MAX;
+
+			/* A clean pair: not interrupted between its clock reads. */
+			for (int i = 0; i < 100 && width > FAST_PAIR_NS; i++)
+				width = fast_pair(&fast.base_tsc, &fast.base_ns);
+			if (width > FAST_PAIR_NS) {
+				fast.known = -1;
+				fast.why = "no clean reading of the counter beside the clock";
+			} else {
+				fast.base_ns -= width / 2;
+				fast.usable = true;
+			}
 		}
 #endif
 	}
@@ -309,9 +337,9 @@ bool fast_clock_usable(const char **why)
 }
 
 /*
- * The rate from the first anchor to (@tsc, @ns), or 0 while they are less
- * than FAST_CAL_NS apart or the rate is implausible (a counter under
- * 62.5 MHz or over 16 GHz).
+ * The rate from the first pair to (@tsc, @ns), a clean pair's counter read
+ * and midpoint, or 0 while they are less than FAST_CAL_NS apart or the rate
+ * is implausible (a counter under 62.5 MHz or over 16 GHz).
  */
 static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
 {
@@ -325,10 +353,19 @@ static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
 	return mult;
 }
 
+void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t width,
+		     uint64_t mult)
+{
+	a->tsc = tsc;
+	a->ns = ns;
+	a->mult = mult;
+	a->span = mult && width <= FAST_PAIR_NS ? (FAST_SPAN_NS << 32) / mult : 0;
+}
+
 uint64_t fast_reanchor(void)
 {
-	struct fast_anchor *a = &fast_anchor;
-	uint64_t mult;
+#if defined(__x86_64__)
+	uint64_t tsc, ns, width, mult;
 
 	/*
 	 * Set before the first service that uses it was created, which any
@@ -336,18 +373,17 @@ uint64_t fast_reanchor(void)
 	 */
 	if (!fast.usable)
 		return clock_now_ns(CLOCK_MONOTONIC);
-#if defined(__x86_64__)
-	a->tsc = tsc_ordered();
-#endif
-	a->ns = clock_now_ns(CLOCK_MONOTONIC);
+	width = fast_pair(&tsc, &ns);
 	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
-	if (!mult) {
+	if (!mult && width <= FAST_PAIR_NS) {
 		/* Racing threads store rates measured the same way: any will do. */
-		mult = fast_rate(a->tsc, a->ns);
+		mult = fast_rate(tsc, ns - width / 2);
 		if (mult)
 			atomic_store_explicit(&fast.mult, mult, memory_order_relaxed);
 	}
-	a->mult = mult;
-	a->span = mult ? (FAST_SPAN_NS << 32) / mult : 0;
-	return a->ns;
+	fast_anchor_set(&fast_anchor, tsc, ns, width, mult);
+	return ns;
+#else
+	return clock_now_ns(CLOCK_MONOTONIC);
+#endif
 }

@@ -38,8 +38,11 @@ static inline uint64_t clock_now_ns(clockid_t clock)
  * FAST_SPAN_NS of counter ticks, so the rate could be a third off and the
  * estimate still not early.  Past its span, or before the rate is known,
  * the call reads the ordered clock and anchors again (fast_reanchor()).
+ * It is late by FAST_MARGIN_NS and FAST_PAIR_NS at most, and a little of
+ * the rate's error: 20 us in all.
  */
-#define FAST_MARGIN_NS		UINT64_C(20000)		/* added to every estimate */
+#define FAST_MARGIN_NS		UINT64_C(18000)		/* added to every estimate */
+#define FAST_PAIR_NS		UINT64_C(1000)		/* widest clean anchor */
 #define FAST_SPAN_NS		UINT64_C(50000)		/* an anchor's life, in counter time */
 #define FAST_SLACK_MIN_NS	UINT64_C(50000)		/* least slack that takes the counter */
 #define FAST_CAL_NS		UINT64_C(10000000)	/* the rate's measuring interval */
@@ -63,6 +66,14 @@ bool fast_clock_usable(const char **why);
 
 /* The ordered read, a new anchor for this thread; returns the time read. */
 uint64_t fast_reanchor(void);
+
+/*
+ * Anchors @a at counter value @tsc and clock read @ns, the later of two
+ * clock reads @width ns apart around the counter's, at rate @mult: it
+ * serves estimates only if the rate is known and @width <= FAST_PAIR_NS.
+ */
+void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t width,
+		     uint64_t mult);
 
 /*
  * The estimate @a gives for counter value @tsc, in *@ns: false when @tsc is
