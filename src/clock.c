@@ -166,10 +166,12 @@ out:
  * time at t1 is at least the earlier clock read, and an anchor whose two
  * clock reads are more than FAST_PAIR_NS apart (the thread was interrupted
  * among them) serves no estimate: the next call anchors again.  The rate's
- * own error, from two such pairs FAST_CAL_NS apart, adds 0.02% of a span.  The margin also covers the
- * unordered counter read running ahead of the instructions before it (a
- * few memory latencies) and the counters of two CPUs differing (the kernel
- * keeps them in step or stops using them as its clocksource).
+ * own error, from two such pairs FAST_CAL_NS apart, adds 0.02% of a span.
+ *
+ * The margin also covers the unordered counter read running ahead of the
+ * instructions before it (a few memory latencies) and the counters of two
+ * CPUs differing (the kernel keeps them in step or stops using them as its
+ * clocksource).
  *
  * What it assumes: the counter the kernel reads for CLOCK_MONOTONIC, which
  * fast_clock_usable() checks once; a counter that went back (a reset at a
@@ -338,6 +340,17 @@ bool fast_clock_usable(const char **why)
 	return usable;
 }
 
+void clock_fork_lock(void)
+{
+	(void)pthread_mutex_lock(&fast.lock);
+}
+
+void clock_fork_unlock(void)
+{
+	(void)pthread_mutex_unlock(&fast.lock);
+}
+
+#if defined(__x86_64__)
 /*
  * The rate from the first pair to (@tsc, @ns), a clean pair's counter read
  * and midpoint, or 0 while they are less than FAST_CAL_NS apart or the rate
@@ -354,6 +367,7 @@ static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
 		return 0;
 	return mult;
 }
+#endif
 
 void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t width,
 		     uint64_t mult)

@@ -68,6 +68,14 @@ bool fast_clock_usable(const char **why);
 uint64_t fast_reanchor(void);
 
 /*
+ * fork(): the look at the machine's lock, taken before and let go after in
+ * both processes (kairos.c's hooks), so that a child's create never finds
+ * it held by a thread that is not there.
+ */
+void clock_fork_lock(void);
+void clock_fork_unlock(void);
+
+/*
  * Anchors @a at counter value @tsc and clock read @ns, the later of two
  * clock reads @width ns apart around the counter's, at rate @mult: it
  * serves estimates only if the rate is known and @width <= FAST_PAIR_NS.

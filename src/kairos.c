@@ -78,18 +78,21 @@ static void list_del(struct kairos **head, struct kairos *k)
 static void fork_prepare(void)
 {
 	svc_lock_take();
+	clock_fork_lock();
 	urcu_bp_before_fork();
 }
 
 static void fork_parent(void)
 {
 	urcu_bp_after_fork_parent();
+	clock_fork_unlock();
 	svc_lock_drop();
 }
 
 static void fork_child(void)
 {
 	urcu_bp_after_fork_child();
+	clock_fork_unlock();
 	ts_forget();
 	for (struct kairos *k = live_list; k; k = k->list_next)
 		atomic_store_explicit(&k->dead, 1, memory_order_relaxed);
