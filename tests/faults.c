@@ -764,6 +764,59 @@ START_TEST(test_faults_fork_busy)
 }
 END_TEST
 
+/* Holds the counter clock's lock (clock.c) for 100 ms, as a create's look would. */
+static atomic_int f_lock_held;
+
+static void *f_hold_clock_lock(void *arg)
+{
+	(void)arg;
+	clock_fork_lock();
+	atomic_store(&f_lock_held, 1);
+	t_sleep_ms(100);
+	clock_fork_unlock();
+	return NULL;
+}
+
+/*
+ * A fork() while another thread holds the lock over the look at the
+ * machine (the first kairos_create() of a process holds it while it reads
+ * /proc): the fork waits for it, so the child's own create does not wait
+ * for a thread the child does not have.  Without the fork hooks' take of
+ * that lock, the child hangs and the alarm ends it.
+ */
+START_TEST(test_faults_fork_during_clock_look)
+{
+	struct kairos *k = t_create(NULL);	/* the fork hooks are in place */
+	pthread_t th;
+	int status = 0;
+	pid_t pid;
+
+	if (F_TSAN || F_ASAN) {
+		/* As fork_busy: a child of a multi-threaded process under a sanitizer. */
+		fprintf(stderr, "fork_during_clock_look: not under a sanitizer; skipped\n");
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		return;
+	}
+	ck_assert_int_eq(pthread_create(&th, NULL, f_hold_clock_lock, NULL), 0);
+	while (!atomic_load(&f_lock_held))
+		t_sleep_ms(1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct kairos *c = NULL;
+
+		signal(SIGALRM, SIG_DFL);
+		alarm(20);
+		_exit(kairos_create(NULL, &c) == 0 && kairos_destroy(c, KAIROS_DRAIN_DROP) == 0 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "child ended with status %#x", status);
+	pthread_join(th, NULL);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s = suite_create("faults");
@@ -798,6 +851,7 @@ int main(int argc, char **argv)
 	tcase_add_test(run, test_faults_rlimit_as_expiry);
 	tcase_add_test(run, test_faults_seccomp_after_create);
 	tcase_add_test(run, test_faults_fork_busy);
+	tcase_add_test(run, test_faults_fork_during_clock_look);
 	suite_add_tcase(s, create);
 	suite_add_tcase(s, run);
 	return t_main(s, "faults");
