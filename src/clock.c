@@ -378,10 +378,10 @@ void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t 
 	a->span = mult && width <= FAST_PAIR_NS ? (FAST_SPAN_NS << 32) / mult : 0;
 }
 
-uint64_t fast_reanchor(void)
+uint64_t fast_reanchor(uint64_t tsc)
 {
 #if defined(__x86_64__)
-	uint64_t tsc, ns, width, mult;
+	uint64_t ns, width, mult;
 
 	/*
 	 * Set before the first service that uses it was created, which any
@@ -389,9 +389,29 @@ uint64_t fast_reanchor(void)
 	 */
 	if (!fast.usable)
 		return clock_now_ns(CLOCK_MONOTONIC);
-	width = fast_pair(&tsc, &ns);
 	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
-	if (!mult && width <= FAST_PAIR_NS) {
+	if (mult) {
+		/*
+		 * The caller's counter read is the anchor's: the clock read's
+		 * own counter read waits for it (lfence or rdtscp in the vDSO),
+		 * so the time read is at or after it.  A counter read after the
+		 * clock's bounds the pair's width; a thread interrupted between
+		 * them gets an anchor that serves nothing.  One clock read: a
+		 * thread that calls less often than once a span pays 20-40 ns
+		 * over an exact timer's call here, not a second clock read.
+		 */
+		uint64_t dt;
+
+		ns = clock_now_ns(CLOCK_MONOTONIC);
+		dt = __builtin_ia32_rdtsc() - tsc;	/* wraps if the thread moved back */
+		/* Past a span it never serves (nor would the next read be in it). */
+		width = dt > (FAST_SPAN_NS << 32) / mult ? UINT64_MAX : (dt * mult) >> 32;
+		fast_anchor_set(&fast_anchor, tsc, ns, width, mult);
+		return ns;
+	}
+	/* No rate yet: a pair bracketed by two clock reads, clean ones measure it. */
+	width = fast_pair(&tsc, &ns);
+	if (width <= FAST_PAIR_NS) {
 		/* Racing threads store rates measured the same way: any will do. */
 		mult = fast_rate(tsc, ns - width / 2);
 		if (mult)
@@ -400,6 +420,7 @@ uint64_t fast_reanchor(void)
 	fast_anchor_set(&fast_anchor, tsc, ns, width, mult);
 	return ns;
 #else
+	(void)tsc;
 	return clock_now_ns(CLOCK_MONOTONIC);
 #endif
 }

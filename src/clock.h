@@ -64,8 +64,11 @@ extern _Thread_local struct fast_anchor fast_anchor __attribute__((visibility("h
  */
 bool fast_clock_usable(const char **why);
 
-/* The ordered read, a new anchor for this thread; returns the time read. */
-uint64_t fast_reanchor(void);
+/*
+ * The ordered read, a new anchor for this thread; returns the time read.
+ * @tsc: the counter as the caller just read it (unordered), or 0.
+ */
+uint64_t fast_reanchor(uint64_t tsc);
 
 /*
  * fork(): the look at the machine's lock, taken before and let go after in
@@ -102,12 +105,14 @@ static inline bool fast_est(const struct fast_anchor *a, uint64_t tsc, uint64_t 
 static inline uint64_t fast_now(void)
 {
 #if defined(__x86_64__)
-	uint64_t ns;
+	uint64_t ns, tsc = __builtin_ia32_rdtsc();
 
-	if (__builtin_expect(fast_est(&fast_anchor, __builtin_ia32_rdtsc(), &ns), 1))
+	if (__builtin_expect(fast_est(&fast_anchor, tsc, &ns), 1))
 		return ns;
+	return fast_reanchor(tsc);
+#else
+	return fast_reanchor(0);
 #endif
-	return fast_reanchor();
 }
 
 /* The tick that contains @ns (rounds down): the wheel's current tick. */
