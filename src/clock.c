@@ -147,12 +147,15 @@ out:
 }
 
 /* ---- the counter clock (clock.h) -------------------------------------------
- * Each thread keeps its own anchor: an ordered counter read t1 between two
- * ordered reads of CLOCK_MONOTONIC, the later of which is n.  The rate, ns
- * per counter tick, is the process's: measured from the first such pair,
- * taken when the first service was created, to the first later one at
- * least FAST_CAL_NS on, and never changed after.  Until then every read is
- * an ordered one.
+ * Each thread keeps its own anchor: a counter value t1 and a read n of
+ * CLOCK_MONOTONIC taken after it.  The rate, ns per counter tick, is the
+ * process's: measured from the first pair, taken when the first service
+ * was created, to the first later one at least FAST_CAL_NS on, each an
+ * ordered counter read between two clock reads, and never changed after.
+ * Until it is known every read is an ordered one.  Once it is, t1 is the
+ * counter as the caller read it (its span had run out), then comes the
+ * clock read, whose own counter read in the vDSO waits for it, and a
+ * counter read after that gives the pair's width (fast_reanchor()).
  *
  * Why the estimate is never early.  n was read after t1, so the real time
  * at t1 is at most n, and at a later value t at most n + (t - t1) * rate.
@@ -162,11 +165,11 @@ out:
  * left for what follows): NTP slews the clock by 0.05% at most and
  * adjtimex()'s tick by 10%.
  *
- * Why it is late by FAST_MARGIN_NS and a microsecond at most.  The real
- * time at t1 is at least the earlier clock read, and an anchor whose two
- * clock reads are more than FAST_PAIR_NS apart (the thread was interrupted
- * among them) serves no estimate: the next call anchors again.  The rate's
- * own error, from two such pairs FAST_CAL_NS apart, adds 0.02% of a span.
+ * Why it is late by FAST_MARGIN_NS and a microsecond at most.  n is at
+ * most the pair's width after the real time at t1, and a pair wider than
+ * FAST_PAIR_NS (the thread was interrupted inside it) serves no estimate:
+ * the next call anchors again.  The rate's own error, from two bracketed
+ * pairs FAST_CAL_NS apart, adds 0.02% of a span.
  *
  * The margin also covers the unordered counter read running ahead of the
  * instructions before it (a few memory latencies) and the counters of two
@@ -174,8 +177,12 @@ out:
  * clocksource).
  *
  * What it assumes: the counter the kernel reads for CLOCK_MONOTONIC, which
- * fast_clock_usable() checks once; a counter that went back (a reset at a
- * suspend) is far outside every anchor's span and is read the ordered way.
+ * fast_clock_usable() checks once, and that it does not go back.  One that
+ * does (a reset at a suspend) puts a thread's next read before its anchor,
+ * where the distance wraps and the read is an ordered one; only a counter
+ * that had climbed back to within one span after a thread's anchor at the
+ * moment of that thread's first call could be misread, a 50 us window in
+ * the machine's uptime.
  */
 _Thread_local struct fast_anchor fast_anchor;
 
