@@ -115,8 +115,8 @@ static void pin_to(unsigned cpu)
  * fast_now() between two clock_gettime() reads, 300 ms long, the thread
  * moved to each CPU in turn and paused past an anchor's span now and then
  * (so that its call anchors again): never below the read before it, above the
- * read after it by no more than the 20 us documented (an interruption only
- * moves the read after it later).
+ * read after it by no more than the 20 us documented and a move's counter
+ * difference (an interruption only moves the read after it later).
  * Once the rate is known (FAST_CAL_NS after the first service), nearly
  * every read is the counter's (a tenth is asked: under valgrind most pairs
  * are too slow to be clean, and those reads are ordered ones).
@@ -142,8 +142,12 @@ START_TEST(test_clock_fast_never_early)
 
 			if (est < before && before - est > worst_early)
 				worst_early = before - est;
-			/* Late by the margin, a clean pair's width and a little: 20 us. */
-			ck_assert_msg(est <= after + 20 * T_US,
+			/*
+			 * Late by the margin, a clean pair's width and a little
+			 * (20 us), and by what two CPUs' counters differ after a
+			 * move (the kernel keeps them in step; 10 us allowed).
+			 */
+			ck_assert_msg(est <= after + 30 * T_US,
 				      "estimate %" PRIu64 " ns after the read that followed it",
 				      est - after);
 			reads++;
