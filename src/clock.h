@@ -48,7 +48,7 @@ static inline uint64_t clock_now_ns(clockid_t clock)
 #define FAST_CAL_NS		UINT64_C(10000000)	/* the rate's measuring interval */
 
 struct fast_anchor {
-	uint64_t tsc;		/* counter just before the ordered read */
+	uint64_t tsc;		/* counter read before the clock read */
 	uint64_t ns;		/* the ordered read (CLOCK_MONOTONIC) */
 	uint64_t mult;		/* ns per counter tick, 32.32 */
 	uint64_t span;		/* counter ticks the anchor serves; 0: none */
@@ -60,7 +60,8 @@ extern _Thread_local struct fast_anchor fast_anchor __attribute__((visibility("h
  * Whether the counter clock can serve CLOCK_MONOTONIC in this process: an
  * x86-64 CPU whose counter runs at one rate in every state (constant_tsc,
  * nonstop_tsc) and a kernel whose clocksource is that counter.  Looked at
- * once per process; *@why gets the reason, a static sentence.
+ * once per process (again at the next create when a look could not tell);
+ * *@why gets the reason, a static sentence.
  */
 bool fast_clock_usable(const char **why);
 
@@ -79,9 +80,9 @@ void clock_fork_lock(void);
 void clock_fork_unlock(void);
 
 /*
- * Anchors @a at counter value @tsc and clock read @ns, the later of two
- * clock reads @width ns apart around the counter's, at rate @mult: it
- * serves estimates only if the rate is known and @width <= FAST_PAIR_NS.
+ * Anchors @a at counter value @tsc and clock read @ns (read after it), at
+ * rate @mult; @width: how long the pair took, in ns.  It serves estimates
+ * only if the rate is known and @width <= FAST_PAIR_NS.
  */
 void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t width,
 		     uint64_t mult);
@@ -101,7 +102,7 @@ static inline bool fast_est(const struct fast_anchor *a, uint64_t tsc, uint64_t 
 	return true;
 }
 
-/* CLOCK_MONOTONIC now, or later by at most FAST_MARGIN_NS and a little. */
+/* CLOCK_MONOTONIC now, or later by at most 20 us (see above). */
 static inline uint64_t fast_now(void)
 {
 #if defined(__x86_64__)
