@@ -188,8 +188,12 @@ _Thread_local struct fast_anchor fast_anchor;
 
 static struct {
 	pthread_mutex_t lock;		/* over the look at the machine */
-	int known;			/* 1: usable, -1: not, 0: not looked at yet */
-	bool usable;			/* known == 1, for the readers outside the lock */
+	/*
+	 * 1: usable, -1: not, 0: not looked at yet (or could not tell).  Set
+	 * under the lock; read without it by fast_reanchor(), whose callers
+	 * use a service created after it became 1, and it never changes then.
+	 */
+	int known;
 	const char *why;		/* the look's answer, for kairos_clock_info() */
 	uint64_t base_tsc, base_ns;	/* the first clean pair, set once: ns its midpoint */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
@@ -322,9 +326,10 @@ bool fast_clock_usable(const char **why)
 
 	(void)pthread_mutex_lock(&fast.lock);
 	if (!fast.known) {
-		fast.known = fast_look(&fast.why);
+		int known = fast_look(&fast.why);
+
 #if defined(__x86_64__)
-		if (fast.known == 1) {
+		if (known == 1) {
 			uint64_t width = UINT64_MAX;
 
 			/* A clean pair: not interrupted between its clock reads. */
@@ -332,14 +337,14 @@ bool fast_clock_usable(const char **why)
 				width = fast_pair(&fast.base_tsc, &fast.base_ns);
 			if (width > FAST_PAIR_NS) {
 				/* A machine too loaded (or valgrind): the next create looks again. */
-				fast.known = 0;
+				known = 0;
 				fast.why = "no clean reading of the counter beside the clock at create";
 			} else {
 				fast.base_ns -= width / 2;
-				fast.usable = true;
 			}
 		}
 #endif
+		fast.known = known;
 	}
 	usable = fast.known == 1;
 	*why = fast.why;
@@ -390,11 +395,8 @@ uint64_t fast_reanchor(uint64_t tsc)
 #if defined(__x86_64__)
 	uint64_t ns, width, mult;
 
-	/*
-	 * Set before the first service that uses it was created, which any
-	 * thread calling here has seen.
-	 */
-	if (!fast.usable)
+	/* Set before the first service that uses it was created (see struct fast). */
+	if (fast.known != 1)
 		return clock_now_ns(CLOCK_MONOTONIC);
 	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
 	if (mult) {

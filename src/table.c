@@ -145,9 +145,10 @@ static struct rec_chunk *chunk_map(void)
 /*
  * chunk_make - a chunk of fresh records for shard @shard, its records in
  * bundles, numbered and published later by chunk_install().  Outside any
- * read-side section (table_make() checks): the mapping, its page faults and the first write of
- * every record take tens of microseconds and may sleep in the kernel, and a
- * reader that sleeps holds back the grace periods of the whole process.
+ * read-side section (table_make() checks): the mapping, its page faults and
+ * the first write of every record take tens of microseconds and may sleep
+ * in the kernel, and a reader that sleeps holds back the grace periods of
+ * the whole process.
  * In @mem when not NULL (a carve of a region), else in a mapping of its
  * own; either is unmapped if this fails.
  */
@@ -189,6 +190,17 @@ static struct rec_chunk *chunk_make(struct kairos *k, unsigned shard, void *mem)
 
 _Static_assert(REGION_BYTES % CHUNK_BYTES == 0, "a region holds whole chunks");
 
+/* A shard's region word, taken apart: the region's address, and its chunks carved. */
+static inline uint8_t *region_base(uint64_t word)
+{
+	return (uint8_t *)(uintptr_t)(word & ~(REGION_BYTES - 1));
+}
+
+static inline unsigned region_used(uint64_t word)
+{
+	return (unsigned)(word & (REGION_BYTES - 1));
+}
+
 /* A fresh region, its pages faulted in (a huge page each, where THP allows). */
 static uint8_t *region_map(void)
 {
@@ -225,8 +237,8 @@ static void *region_carve(struct kairos *k, unsigned shard, int *rc)
 		s = k->shards[shard];
 		old = atomic_load_explicit(&s->region, memory_order_relaxed);
 		for (;;) {
-			uint8_t *base = (uint8_t *)(uintptr_t)(old & ~(REGION_BYTES - 1));
-			unsigned used = (unsigned)(old & (REGION_BYTES - 1));
+			uint8_t *base = region_base(old);
+			unsigned used = region_used(old);
 			bool carve = base && used < REGION_CHUNKS;
 
 			if (!carve && !fresh)
@@ -727,12 +739,11 @@ void table_free(struct shard *s)
 {
 	unsigned n = atomic_load_explicit(&s->nchunks, memory_order_acquire);
 	uint64_t region = atomic_load_explicit(&s->region, memory_order_relaxed);
-	unsigned used = (unsigned)(region & (REGION_BYTES - 1));
+	unsigned used = region_used(region);
 
 	/* The chunks of the last region that no one carved. */
 	if (region && used < REGION_CHUNKS)
-		munmap((uint8_t *)(uintptr_t)(region & ~(REGION_BYTES - 1)) +
-			       (size_t)used * CHUNK_BYTES,
+		munmap(region_base(region) + (size_t)used * CHUNK_BYTES,
 		       (size_t)(REGION_CHUNKS - used) * CHUNK_BYTES);
 
 	for (unsigned i = 0; i < n; i++) {

@@ -80,7 +80,8 @@ static inline int table_alloc_from(struct shard *s, struct tstate *t, struct rec
 /*
  * What an arm inside its read-side section found missing, made for it by
  * table_make() out of the section (an arm never maps memory or makes a
- * large allocation inside one: DESIGN.md section 4).  Positive, so no errno is mistaken for them.
+ * large allocation inside one: DESIGN.md section 4).  Positive, so no errno
+ * is mistaken for them.
  */
 #define TABLE_EMPTY	1	/* the shard's free stack: a new chunk of records */
 #define TABLE_NO_EXT	2	/* a chunk's ext array */

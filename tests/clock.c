@@ -342,8 +342,7 @@ START_TEST(test_clock_slack_never_early)
 				      at[j].due[i] - first);
 			ck_assert_uint_le(first, at[j].due[i] + at[j].slack[i] + T_LATE);
 			ck_assert(t_u64(&at[j].tm[i].cb_id) == at[j].tm[i].id);
-			ck_assert_int_eq(!!(at[j].tm[i].id & ID_FAST),
-					 on);
+			ck_assert_int_eq(!!(at[j].tm[i].id & ID_FAST), on);
 		}
 		free(at[j].tm);
 		free(at[j].due);
