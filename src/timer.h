@@ -15,8 +15,11 @@
  *                                                                publishes the word and fields
  *                                                                (a keyed arm inserts its key
  *                                                                between the two: key.c)
- *  FREE            PENDING | FAR       arming        relaxed     is filed by value: its arrival
+ *  FREE            PENDING | FAR       arming        release     is filed by value: its arrival
  *                                                                entry's release publishes it
+ *                                                                (and the word's own, to a shard
+ *                                                                that reaches it through an
+ *                                                                entry of an older life: wheel.h)
  *  PENDING | FAR   PENDING             shard         acq_rel     is claimed from its entry and
  *                                                                linked (timer_claim_far())
  *  PENDING | FAR   CANCELLED | QUEUED  canceller     acq_rel     is posted; the shard retires it
@@ -82,9 +85,14 @@ static inline void timer_recycle(struct rec *r)
 }
 
 /*
- * FREE -> PENDING | QUEUED: arms a record that no one else can reach yet.
- * Returns its generation.  The caller posts it; the post's release
- * publishes this word and the fields stored before it.
+ * FREE -> PENDING | QUEUED (or FAR): arms a record that no one else can
+ * reach through this life's id yet.  Returns its generation.  The caller
+ * posts it, or files it by value; the post's (or the entry's) release
+ * publishes this word and the fields stored before it.  The store is a
+ * release too: the shard may reach the record first through a stale entry
+ * of an older life whose low bits match this one (wheel.h), and its
+ * acquire load of this word must then see the fields.  (A plain store on
+ * x86-64.)
  */
 static inline uint32_t timer_publish(struct rec *r, bool periodic, bool far)
 {
@@ -93,7 +101,7 @@ static inline uint32_t timer_publish(struct rec *r, bool periodic, bool far)
 	atomic_store_explicit(&r->state,
 			      st_with(st, ST_PENDING) | (far ? ST_FAR : ST_QUEUED) |
 			      (periodic ? ST_PERIODIC : 0),
-			      memory_order_relaxed);
+			      memory_order_release);
 	return st_gen(st);
 }
 
