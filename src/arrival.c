@@ -33,8 +33,11 @@
  * the service, or at exit: it stores ARRIVAL_CLOSED with the final count and
  * never touches the block again; once the shard has filed all of it, the
  * block goes to the shard's pool, for a thread to open again, one block at
- * a time (arrival_get()).  Blocks are freed with their shard, found by
- * their numbers.
+ * a time (arrival_get()).  A shard starts with one block on its pool; a
+ * thread that takes the last one, or finds none (that arm then posts its
+ * record), makes another and pools it on its way out of the call, out of
+ * the read-side section, since it allocates (arrival_grow()).  Blocks are
+ * freed with their shard, found by their numbers.
  *
  * Telling the shard
  * -----------------
@@ -69,6 +72,8 @@
  * (shard_count_posts()), so a burst of far arms wakes a sleeping shard, and
  * an arm waits for a shard that is far behind as a post's would.
  */
+#include "rcu.h"
+
 #include <errno.h>
 #include <linux/membarrier.h>
 #include <pthread.h>
@@ -149,7 +154,10 @@ static uint64_t pool_head(uint64_t old, uint32_t top)
 	return ((old >> 32) + 1) << 32 | top;
 }
 
-/* The shard puts @b, read to the end, on @s's pool. */
+/*
+ * Puts @b on @s's pool: the shard, a block read to the end, or a thread, a
+ * block it just made (arrival_grow()).
+ */
 static void arrival_pool(struct shard *s, struct arrival *b)
 {
 	uint64_t old = atomic_load_explicit(&s->arr_pool, memory_order_relaxed);
@@ -157,7 +165,7 @@ static void arrival_pool(struct shard *s, struct arrival *b)
 	do {
 		/* Atomic: a popper may read it meanwhile, and then fail its CAS. */
 		atomic_store_explicit(&b->pool_next, (uint32_t)old, memory_order_relaxed);
-		/* Release: the shard is done with the block before a thread takes it. */
+		/* Release: the pusher is done with the block before a thread takes it. */
 	} while (!atomic_compare_exchange_weak_explicit(&s->arr_pool, &old,
 							pool_head(old, b->no + 1),
 							memory_order_release,
@@ -165,19 +173,19 @@ static void arrival_pool(struct shard *s, struct arrival *b)
 }
 
 /*
- * Numbers the new block @b of @s, making the page of numbers it falls in
- * if it is the first there (a CAS: the loser frees its page).  False when
- * @s has numbered all it can, or a page cannot be made.
+ * Numbers the new block @b of @s, installing *@page as the page of numbers
+ * it falls in if that page is not there yet (a CAS; *@page is then set to
+ * NULL: it is the shard's).  False when @s has numbered all it can.
  */
-static bool arrival_number(struct shard *s, struct arrival *b)
+static bool arrival_number(struct shard *s, struct arrival *b, struct arrival ***page)
 {
 	_Atomic(struct arrival **) *slot;
-	struct arrival **page, **none = NULL;
+	struct arrival **at, **none = NULL;
 	uint32_t no;
 
 	/*
 	 * Looked at before the count moves, so that a shard out of numbers,
-	 * asked again by every far arm, never takes its count round to 0: it
+	 * asked again by every growth, never takes its count round to 0: it
 	 * overshoots by at most one per thread.
 	 */
 	if (atomic_load_explicit(&s->arr_made, memory_order_relaxed) >= ARRIVAL_DIR * ARRIVAL_PAGE)
@@ -186,74 +194,149 @@ static bool arrival_number(struct shard *s, struct arrival *b)
 	if (no >= ARRIVAL_DIR * ARRIVAL_PAGE)
 		return false;
 	slot = &s->arr_dir[no >> ARRIVAL_PAGE_BITS];
-	page = atomic_load_explicit(slot, memory_order_acquire);
-	if (!page) {
-		page = fault_calloc(ARRIVAL_PAGE, sizeof(*page));
-		if (!page)
-			return false;
+	at = atomic_load_explicit(slot, memory_order_acquire);
+	if (!at) {
 		/* Release and acquire: the page's zeroes before its pointer. */
-		if (!atomic_compare_exchange_strong_explicit(slot, &none, page,
-							     memory_order_acq_rel,
-							     memory_order_acquire)) {
-			free(page);
-			page = none;
+		if (atomic_compare_exchange_strong_explicit(slot, &none, *page,
+							    memory_order_acq_rel,
+							    memory_order_acquire)) {
+			at = *page;
+			*page = NULL;
+		} else {
+			at = none;
 		}
 	}
 	b->no = no;
-	/* Published with the block: a thread pops it only after the shard pooled it. */
-	__atomic_store_n(&page[no & (ARRIVAL_PAGE - 1)], b, __ATOMIC_RELAXED);
+	/* Published with the block: a thread pops it only after it was pooled. */
+	__atomic_store_n(&at[no & (ARRIVAL_PAGE - 1)], b, __ATOMIC_RELAXED);
 	return true;
 }
 
 /*
- * A block to open on @s: one popped off the shard's pool, else a new
- * one.  One at a time, so that no thread holds more than the one it writes:
- * taking the pool whole let one of many threads keep tens of thousands of
- * blocks while the others made new ones.  Blocks are never freed before
- * their shard (a popper may read the link of one another thread took):
- * reusing them also spares the allocator's lock, which a shard freeing
- * what threads allocate made them wait on.
+ * A block to open on @s, popped off the shard's pool.  One at a time, so
+ * that no thread holds more than the one it writes: taking the pool whole
+ * let one of many threads keep tens of thousands of blocks while the
+ * others made new ones.  Blocks are never freed before their shard (a
+ * popper may read the link of one another thread took): reusing them also
+ * spares the allocator's lock, which a shard freeing what threads allocate
+ * made them wait on.  A pop that takes the last block, or finds none (NULL:
+ * the arm posts), asks @t's call for a new one, made out of its section
+ * (arrival_grow()), so that the next opening finds one.
  */
-static struct arrival *arrival_get(struct shard *s)
+static struct arrival *arrival_get(struct shard *s, struct tstate *t)
 {
-	/* Acquire pairs with the shard's push: it was done with the block. */
+	/* Acquire pairs with the pool's pushes: whoever pushed was done with the block. */
 	uint64_t head = atomic_load_explicit(&s->arr_pool, memory_order_acquire);
 	struct arrival *b;
 
 	while ((uint32_t)head) {
+		uint32_t next;
+
 		b = arrival_by_no(s, (uint32_t)head - 1);
-		if (atomic_compare_exchange_weak_explicit(
-			    &s->arr_pool, &head,
-			    pool_head(head, atomic_load_explicit(&b->pool_next,
-								 memory_order_relaxed)),
-			    memory_order_acquire, memory_order_acquire))
+		next = atomic_load_explicit(&b->pool_next, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(&s->arr_pool, &head,
+							  pool_head(head, next),
+							  memory_order_acquire,
+							  memory_order_acquire)) {
+			if (!next)
+				t->arr_grow = s->index + 1;
 			return b;
+		}
 	}
-	b = fault_hit() ? NULL : malloc(sizeof(*b));
-	if (!b)
-		return NULL;
-	if (!arrival_number(s, b)) {
-		free(b);
-		return NULL;
-	}
-	return b;
+	t->arr_grow = s->index + 1;
+	return NULL;
+}
+
+/* A block and a page of numbers for it, out of any section; false: no memory. */
+static bool arrival_alloc(struct arrival **b, struct arrival ***page)
+{
+	*b = fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(**b));
+	*page = fault_calloc(ARRIVAL_PAGE, sizeof(**page));
+	if (*b && *page)
+		return true;
+	free(*b);
+	free(*page);
+	return false;
 }
 
 /*
- * arrival_open - arrival_room()'s slow path: a new block of @t's for its
- * shard @s.  False when it cannot be had; the arm then posts its record as
- * any other.  A new block counts as ARRIVAL_POSTS posts towards the shard's
- * backlog (shard_count_posts()), and sets *@behind (to 1 + the shard's
- * index) when the shard is SHARD_POST_LIMIT behind, so that the arm waits
- * as a post's would.
+ * Numbers @b for @s, installing *@page if its page of numbers is missing
+ * (then *@page is NULL), and puts it on the pool.  False when @s has
+ * numbered all it can.
  */
-bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind)
+static bool arrival_install(struct shard *s, struct arrival *b, struct arrival ***page)
+{
+	if (!arrival_number(s, b, page))
+		return false;
+	arrival_pool(s, b);
+	return true;
+}
+
+/*
+ * arrival_first - the first block on the pool of @s, a shard no thread can
+ * reach yet (shard_new()), so that a far arm finds one from the start.
+ * Returns 0 or -ENOMEM (nothing made).
+ */
+int arrival_first(struct shard *s)
+{
+	struct arrival **page;
+	struct arrival *b;
+
+	if (!arrival_alloc(&b, &page))
+		return -ENOMEM;
+	/* A new shard has every number left, and no page: both are used. */
+	if (!arrival_install(s, b, &page))
+		kairos_die("a new shard could not number its first arrival block");
+	free(page);
+	return 0;
+}
+
+/*
+ * arrival_grow - out of any read-side section: makes a block for the shard
+ * that @t's arm asked one for (tstate.arr_grow), with a page of numbers in
+ * case its number is the first of a page, then numbers it and puts it on
+ * that shard's pool inside a section.  What it did not use is freed after.
+ * Returns 0, -ENOMEM, or -ESHUTDOWN.
+ */
+int arrival_grow(struct kairos *k, struct tstate *t)
+{
+	unsigned shard = t->arr_grow - 1;
+	struct arrival **page;
+	struct arrival *b;
+	int rc;
+
+	t->arr_grow = 0;
+	rcu_might_sleep();
+	if (!arrival_alloc(&b, &page))
+		return -ENOMEM;
+	rc = service_enter(k);
+	if (rc == 0) {
+		if (arrival_install(k->shards[shard], b, &page))
+			b = NULL;
+		service_leave();
+	}
+	free(page);
+	free(b);
+	return rc;
+}
+
+/*
+ * arrival_open - arrival_room()'s slow path: a block of @t's for its shard
+ * @s, whose first entry fires at tick @fire, armed at @now_ns.  False when
+ * none can be had; the arm then posts its record as any other.  A new
+ * block counts as ARRIVAL_POSTS posts towards the shard's backlog
+ * (shard_count_posts()), and sets *@behind (to 1 + the shard's index) when
+ * the shard is SHARD_POST_LIMIT behind, so that the arm waits as a post's
+ * would.
+ */
+bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, uint64_t now_ns,
+		  unsigned *behind)
 {
 	struct arrival *b;
-	uint64_t sleep;
+	uint64_t sleep, now_tick;
 
 	arrival_close(t);
-	b = arrival_get(s);
+	b = arrival_get(s, t);
 	if (!b)
 		return false;
 	atomic_store_explicit(&b->pub, 0, memory_order_relaxed);
@@ -266,6 +349,8 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *be
 	t->arr = b;
 	t->arr_n = 0;
 	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
+	(void)now_ns;
+	(void)now_tick;
 	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
 	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
 		shard_wake(s);

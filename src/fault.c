@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-#include "fault.h"
+#include "rcu.h"
 
 #include <stdlib.h>
+
+#include "fault.h"
 
 _Atomic long fault_countdown;
 _Atomic int fault_uring;
@@ -23,7 +25,14 @@ bool fault_hit_slow(void)
 	return false;
 }
 
-void *fault_calloc(size_t n, size_t size)
+/* A step that may sleep, asked for inside a read-side section: the tests abort. */
+void fault_sleep_look(const char *file, int line)
 {
-	return fault_hit() ? NULL : calloc(n, size);
+	if (rcu_read_ongoing())
+		rcu_sleep_in_section(file, line);
+}
+
+void *fault_calloc_at(size_t n, size_t size, const char *file, int line)
+{
+	return fault_hit_at(file, line) ? NULL : calloc(n, size);
 }

@@ -8,8 +8,8 @@
  * fails as if the system had refused it; a countdown still above 0 after
  * the call means the call has fewer steps, so a test walks every one in turn.  With the countdown at 0 (always,
  * outside tests) fault_hit() is one relaxed load on paths that are slow
- * anyway: none of them is on the arm, cancel or reset path, but for the
- * arrival block an arm opens once per ARRIVAL_N far timers (arrival.c).
+ * anyway: none of them is on the arm, cancel or reset path, and none runs
+ * inside a read-side section.
  */
 #ifndef KAIROS_FAULT_H
 #define KAIROS_FAULT_H
@@ -36,16 +36,28 @@ extern _Atomic int fault_membarrier __attribute__((visibility("hidden")));
 extern _Atomic int fault_sleep_check __attribute__((visibility("hidden")));
 
 bool fault_hit_slow(void) __attribute__((visibility("hidden")));
+void fault_sleep_look(const char *file, int line) __attribute__((visibility("hidden")));
 
-/* Whether this step must fail (a test asked for it). */
-static inline bool fault_hit(void)
+/*
+ * Whether this step must fail (a test asked for it).  Every such step
+ * allocates, maps, opens an fd or starts a thread, any of which may sleep:
+ * with fault_sleep_check set, one inside a read-side section aborts
+ * (rcu_might_sleep(), rcu.h).
+ */
+#define fault_hit() fault_hit_at(__FILE__, __LINE__)
+
+static inline bool fault_hit_at(const char *file, int line)
 {
+	if (__builtin_expect(atomic_load_explicit(&fault_sleep_check, memory_order_relaxed), 0))
+		fault_sleep_look(file, line);
 	if (__builtin_expect(!atomic_load_explicit(&fault_countdown, memory_order_relaxed), 1))
 		return false;
 	return fault_hit_slow();
 }
 
-/* calloc() that an armed test can make fail. */
-void *fault_calloc(size_t n, size_t size) __attribute__((visibility("hidden")));
+/* calloc() that an armed test can make fail (and that a section must not hold). */
+void *fault_calloc_at(size_t n, size_t size, const char *file, int line)
+	__attribute__((visibility("hidden")));
+#define fault_calloc(n, size) fault_calloc_at((n), (size), __FILE__, __LINE__)
 
 #endif /* KAIROS_FAULT_H */

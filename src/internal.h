@@ -869,6 +869,12 @@ struct tstate {
 	unsigned arr_n;
 	uint64_t arr_base;		/* @arr's base */
 	/*
+	 * 1 + the index of a shard whose pool of blocks was empty when this
+	 * thread wanted one, or 0: the arm posted instead, and the call makes
+	 * a block out of its section (arrival_grow()).
+	 */
+	unsigned arr_grow;
+	/*
 	 * Its last POST_HINTS arms, oldest overwritten first: each new arm's
 	 * record points at the one POST_HINTS arms back (shard.c, inbox_drain()).
 	 */
@@ -1188,7 +1194,10 @@ struct arrival {
 /* How often a shard looks at the blocks of threads that file by value. */
 #define ARRIVAL_POLL_TICKS	(ARRIVAL_FAR_TICKS / 2)
 
-bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, unsigned *behind);
+bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, uint64_t now_ns,
+		  unsigned *behind);
+int arrival_grow(struct kairos *k, struct tstate *t);
+int arrival_first(struct shard *s);
 void arrival_close(struct tstate *t);
 void arrival_rouse(struct shard *s, struct arrival *b);
 void arrival_fenced(struct shard *s, uint64_t fire);
@@ -1203,15 +1212,15 @@ void arrival_ops_init(struct shard *s);
 
 /*
  * arrival_room - whether @t has a block for its shard @s with room for one
- * entry, opening one if need be (arrival_open()).  False: the arm posts its
- * record as any other.
+ * entry firing at tick @fire, armed at @now_ns, opening one if need be
+ * (arrival_open()).  False: the arm posts its record as any other.
  */
 static inline bool arrival_room(struct shard *s, struct tstate *t, uint64_t fire,
-				unsigned *behind)
+				uint64_t now_ns, unsigned *behind)
 {
 	if (__builtin_expect(t->arr && t->arr_n < ARRIVAL_N, 1))
 		return fire - t->arr_base < ARRIVAL_SPAN;
-	return arrival_open(s, t, fire, behind);
+	return arrival_open(s, t, fire, now_ns, behind);
 }
 
 /*

@@ -664,7 +664,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	 */
 	far = t && !e && !q && deadline_ns > now_ns &&
 	      deadline_ns - now_ns >= ARRIVAL_FAR_TICKS * k->cfg.tick_ns &&
-	      arrival_room(s, t, fire, behind);
+	      arrival_room(s, t, fire, now_ns, behind);
 	/* The post's (or the arrival's) release publishes the fields above with the state. */
 	gen = timer_publish(r, a->period_ns != 0, far);
 	id = id_make(gen, s->index, index, slack_fast(k, slack));
@@ -780,6 +780,14 @@ arm_entry(struct kairos *k, enum when when, uint64_t t_ns, const struct arm_req 
 	if (behind)
 		arm_backoff(k, behind - 1);
 out_free:
+	/*
+	 * The arm took its shard's last arrival block, or found none and
+	 * posted: the block the next far arm opens is made here, out of the
+	 * section (it allocates), whatever became of this call, so that the
+	 * ask never outlives it.  A failure only leaves far arms posting.
+	 */
+	if (t && t->arr_grow)
+		(void)arrival_grow(k, t);
 	/* A key that did not go into the table is this call's to free. */
 	if (rc && a->kn)
 		key_node_free(a->kn);

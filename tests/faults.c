@@ -199,6 +199,18 @@ static struct kairos *f_pool_service(unsigned flags)
 	return k;
 }
 
+/* A far arm on a shard whose pool has no arrival block: posted, then a block made. */
+static void *f_far_no_block(void *arg)
+{
+	struct kairos *k = arg;
+	kairos_id id;
+
+	ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb_never, NULL, &id), 0);
+	ck_assert_ptr_null(tls_ts.arr);
+	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	return NULL;
+}
+
 /* Allocations of a running service: an arm that cannot get memory says so. */
 START_TEST(test_faults_running_allocations)
 {
@@ -206,6 +218,7 @@ START_TEST(test_faults_running_allocations)
 	struct kairos_stats st;
 	struct t_timer tm;
 	kairos_id id = 0;
+	pthread_t th;
 
 	t_timer_init(&tm, &tt, 0, 0);
 	/* The first arm maps the shard's first chunk of records. */
@@ -219,17 +232,25 @@ START_TEST(test_faults_running_allocations)
 	ck_assert_int_eq(kairos_arm_every(k, T_SEC, t_cb, &tm, &id), -ENOMEM);
 	ck_assert_uint_eq(atomic_exchange(&fault_countdown, 0), 0);
 	/*
-	 * A far timer whose arm cannot get an arrival block (src/arrival.c) is
-	 * posted to its shard instead: the arm succeeds all the same.
+	 * A far timer is filed by value (src/arrival.c) in the shard's first
+	 * arrival block, its pool's last, and its call then makes the pool a
+	 * new one: that allocation failing leaves the arm done all the same,
+	 * and the pool empty.
 	 */
 	atomic_store(&fault_countdown, 1);
 	ck_assert_int_eq(kairos_arm(k, 60 * T_SEC, t_cb, &tm, &id), 0);
 	ck_assert_uint_eq(atomic_exchange(&fault_countdown, 0), 0);
+	ck_assert_uint_eq(tls_ts.arr_n, 1);
+	ck_assert_uint_eq((uint32_t)atomic_load(&k->shards[0]->arr_pool), 0);
 	ck_assert_int_eq(kairos_cancel(k, id), 0);
+	/* Another thread then finds no block: its far timer is posted, and its call makes one. */
+	ck_assert_int_eq(pthread_create(&th, NULL, f_far_no_block, k), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_ne((uint32_t)atomic_load(&k->shards[0]->arr_pool), 0);
 	ck_assert_int_eq(kairos_stats(k, &st), 0);
 	/* Failed arms are not counted, and nothing is pending. */
-	ck_assert_uint_eq(st.armed, 2);
-	ck_assert_uint_eq(st.cancelled, 2);
+	ck_assert_uint_eq(st.armed, 3);
+	ck_assert_uint_eq(st.cancelled, 3);
 	ck_assert_uint_eq(st.pending, 0);
 	f_exercise(k, 8);
 }
