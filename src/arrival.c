@@ -61,8 +61,9 @@
  *    it clears the flag and wakes the shard (arrival_rouse()).
  *  - Opening a block is a CAS, a full fence, after which the thread looks at
  *    the tick the shard sleeps until (seq_cst both ways, as with posts): if
- *    the shard would not look before the block's first entry could come
- *    near, it is woken.
+ *    the shard would not look within ARRIVAL_POLL_TICKS, it is woken, since
+ *    any entry the block gets may fire ARRIVAL_FAR_TICKS after its arm,
+ *    whatever the first entry's tick.
  * Where membarrier() is refused (an old kernel, a seccomp filter), each
  * entry is published with a fence instead and wakes the shard if its fire
  * tick is earlier than the tick the shard sleeps until (arrival_fenced()),
@@ -348,11 +349,17 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, uint64_t now
 	arrival_push(&s->arr_new, b);
 	t->arr = b;
 	t->arr_n = 0;
-	/* See "Telling the shard": a shard that sleeps past the first entry's margin is woken. */
-	(void)now_ns;
-	(void)now_tick;
+	/*
+	 * See "Telling the shard".  The shard learns of the block at its next
+	 * pass and polls it from then on; until then nothing it does looks at
+	 * it.  Any entry of the block fires ARRIVAL_FAR_TICKS after its own arm
+	 * at the least, whatever the first's tick, so the shard must come
+	 * within ARRIVAL_POLL_TICKS of now: a shard that would sleep past
+	 * that is woken.
+	 */
+	now_tick = clock_tick_floor(now_ns, s->k->cfg.tick_ns);
 	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
-	if (sleep && sleep_tick_of(sleep) >= fire - ARRIVAL_POLL_TICKS)
+	if (sleep && sleep_tick_of(sleep) > now_tick + ARRIVAL_POLL_TICKS)
 		shard_wake(s);
 	if (shard_count_posts(s, ARRIVAL_POSTS, sleep))
 		*behind = s->index + 1;

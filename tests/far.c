@@ -578,6 +578,54 @@ START_TEST(test_far_blocks_exhausted)
 }
 END_TEST
 
+static struct t_timer f_nb_left;
+
+/* Arms one far timer and exits: the shard's pool then holds a block. */
+static void *f_nb_leaver(void *arg)
+{
+	ck_assert_int_eq(t_arm(arg, &tt, &f_nb_left, 3600 * T_SEC), 0);
+	return NULL;
+}
+
+/*
+ * A block new to a shard that sleeps for seconds, its first entry an hour
+ * off and its second due within 50 ms: the shard learns of a block only
+ * at its next pass, so the opening must wake it for any entry the block
+ * may get, not for the first alone; else the second fires when the shard
+ * next wakes (here with the anchor, 8 s on).
+ */
+START_TEST(test_far_new_block_later_entry_earlier)
+{
+	static struct t_timer anchor, a, b;
+	struct kairos *k = f_create(1);
+	struct shard *s = k->shards[0];
+	pthread_t th;
+	uint64_t now;
+
+	ck_assert_int_eq(pthread_create(&th, NULL, f_nb_leaver, k), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	for (int i = 0; i < 1000 && !f_blocks(s, false); i++)
+		t_sleep_ms(1);
+	ck_assert_uint_ge(f_blocks(s, false), 1);
+	/* Posted (an absolute deadline is never filed by value): the shard sleeps till it. */
+	ck_assert_int_eq(kairos_now(k, &now), 0);
+	ck_assert_int_eq(t_arm_at(k, &tt, &anchor, now + 8 * T_SEC), 0);
+	t_sleep_ms(50);
+	ck_assert_int_eq(t_arm(k, &tt, &a, 3600 * T_SEC), 0);
+	ck_assert_ptr_nonnull(tls_ts.arr);
+	ck_assert_int_eq(t_arm(k, &tt, &b, F_FAR + 5 * T_MS), 0);
+	ck_assert_uint_eq(tls_ts.arr_n, 2);
+	t_wait_fired(1);
+	ck_assert_int_eq(t_int(&b.runs), 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_int_eq(t_cancel(k, &tt, &a), 0);
+	ck_assert_int_eq(t_cancel(k, &tt, &anchor), 0);
+	ck_assert_int_eq(t_cancel(k, &tt, &f_nb_left), 0);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_far_churn_beside_standing)
 {
 	enum { STAND = 2000, CHURN = 300, ROUNDS = 50 };
@@ -663,6 +711,7 @@ int main(void)
 	tcase_add_test(tc, test_far_sweep_after_burst);
 	tcase_add_test(tc, test_far_sweep_in_trickle);
 	tcase_add_test(tc, test_far_earlier_in_open_block);
+	tcase_add_test(tc, test_far_new_block_later_entry_earlier);
 	tcase_add_test(tc, test_far_fenced);
 	tcase_add_test(tc, test_far_blocks_shared);
 	tcase_add_test(tc, test_far_blocks_exhausted);
