@@ -177,7 +177,12 @@ static int uring_submit(struct shard *s)
 static int uring_post(struct shard *s, int fd, uint64_t data, uint32_t len, struct rec *r)
 {
 	struct uring_state *u = s->backend;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+	struct io_uring_sqe *sqe;
+
+	/* A test's post refused on the spot, held open for its cancel (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_post, memory_order_relaxed) == 2, 0))
+		return fault_post_refuse();
+	sqe = io_uring_get_sqe(&u->ring);
 
 	if (!sqe) {
 		int rc = uring_submit(s);

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 #include "rcu.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "fault.h"
 
 _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_post;
+_Atomic int fault_post_held;
 _Atomic int fault_membarrier;
 _Atomic int fault_sleep_check;
 
@@ -35,4 +38,13 @@ void fault_sleep_look(const char *file, int line)
 void *fault_calloc_at(size_t n, size_t size, const char *file, int line)
 {
 	return fault_hit_at(file, line) ? NULL : calloc(n, size);
+}
+
+int fault_post_refuse(void)
+{
+	atomic_store_explicit(&fault_post_held, 1, memory_order_seq_cst);
+	for (int i = 0; i < 1000 && atomic_load_explicit(&fault_post_held, memory_order_seq_cst) == 1;
+	     i++)
+		usleep(1000);
+	return -EBUSY;
 }

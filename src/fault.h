@@ -24,6 +24,14 @@ extern _Atomic int fault_uring __attribute__((visibility("hidden")));
 /* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
 extern _Atomic int fault_post __attribute__((visibility("hidden")));
 /*
+ * fault_post at 2: every ring queue post is refused on the spot instead
+ * (-EBUSY), after fault_post_refuse() has set fault_post_held to 1 and
+ * waited (a second at most) for the test to set it to 2: a window in
+ * which a test's cancel meets a delivery under way.
+ */
+extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
+int fault_post_refuse(void) __attribute__((visibility("hidden")));
+/*
  * Non-zero before a process's first service: membarrier() is taken as
  * refused, and arrivals are published with a fence each (arrival.c).
  */

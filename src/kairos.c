@@ -1029,6 +1029,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 		service_leave();
 		return rc == -EBUSY ? -EDEADLK : rc;
 	}
+again:
 	for (;;) {
 		/* seq_cst: read before ST_WAITERS is set, so no bump is missed. */
 		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
@@ -1051,8 +1052,13 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 		uint64_t ignored;
 
 		rc = cancel(k, ts_mine(k), id, &ignored);
+		/*
+		 * Running again: a ring queue's post failed and put the expiry
+		 * back on the queue's list (timer_unrun()), where a drainer
+		 * took it before this cancel.  That run is waited for too.
+		 */
 		if (rc == -EBUSY)
-			kairos_die("callback restarted under cancel_sync");
+			goto again;
 		/*
 		 * A one-shot that is cancellable again was never delivered (a
 		 * ring queue's post failed, timer_unrun()): this cancel wins.

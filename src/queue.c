@@ -280,8 +280,23 @@ static void posting_del(struct shard *s, struct rec *r)
 }
 
 /*
+ * A periodic timer whose delivery did not happen and that a cancel stopped
+ * meanwhile (timer_unrun() made it CANCELLED; @old is the word it
+ * replaced): it ends, counted as cancelled.  The caller holds @q besides
+ * the record's reference, which goes here.
+ */
+static void post_stopped(struct shard *s, struct kairos_queue *q, struct rec *r, uint64_t old)
+{
+	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
+	queue_unref(q);
+	shard_end(s, r, old, NULL);
+}
+
+/*
  * A delivery that did not happen: @r (RUNNING, on no list) goes back to
- * FIRING on @q's list, or ends if a cancel stopped it meanwhile.
+ * FIRING on @q's list, or ends if a cancel stopped it meanwhile.  The
+ * caller holds @q besides the record's reference: once FIRING, a cancel
+ * may take the record's away.
  */
 static void post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
 {
@@ -290,14 +305,10 @@ static void post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
 
 	if (old & ST_WAITERS)
 		service_event(s->k);	/* cancel_sync looks again: it may cancel now */
-	if (firing) {
+	if (firing)
 		list_put(q, r, r, false);
-		return;
-	}
-	/* A periodic timer stopped by a cancel: it ends, counted as cancelled. */
-	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
-	queue_unref(q);
-	shard_end(s, r, old, NULL);
+	else
+		post_stopped(s, q, r, old);
 }
 
 /*
@@ -320,6 +331,7 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 	for (r = first; r; r = next) {
 		struct rec_ext *p;
 		uint64_t old;
+		bool firing;
 
 		next = rec_chain_next(r);
 		switch (timer_claim(r, &old, false)) {
@@ -346,14 +358,17 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 			posting_add(s, r);
 			continue;
 		}
-		/* No room in the ring: this one waits on the list. */
-		if (timer_unrun(r, &old)) {
-			if (old & ST_WAITERS)
-				service_event(k);
+		/*
+		 * No room in the ring: this one waits on the list, or ends if a
+		 * cancel stopped it meanwhile (the shard holds @q: queue_hold()).
+		 */
+		firing = timer_unrun(r, &old);
+		if (old & ST_WAITERS)
+			service_event(k);
+		if (firing)
 			rec_chain_append(&back, &back_last, r, r);
-		} else {
-			post_undo(s, q, r);	/* never FIRING again: this only ends it */
-		}
+		else
+			post_stopped(s, q, r, old);
 	}
 	/* A failed submit leaves the posts queued: the next wait sends them. */
 	(void)s->ops->submit(s);
@@ -388,7 +403,16 @@ void queue_posted(struct shard *s, struct rec *r, int res)
 
 	posting_del(s, r);
 	if (res < 0) {
+		/*
+		 * The shard holds @q while it undoes the post (the record's own
+		 * reference, which keeps the count above 0 here, may go with a
+		 * cancel once the record is FIRING again), and lets it go out
+		 * of any section, so that a destroyed queue is freed here, not
+		 * under a list or a section of the undo.
+		 */
+		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 		post_undo(s, q, r);
+		queue_unref(q);
 		return;
 	}
 	periodic = atomic_load_explicit(&r->state, memory_order_relaxed) & ST_PERIODIC;
@@ -844,16 +868,26 @@ KAIROS_EXPORT int kairos_queue_take(struct kairos_queue *q, struct kairos_expiry
 	if (timeout_ns > 0 &&
 	    clock_add_overflows(clock_now_ns(CLOCK_MONOTONIC), (uint64_t)timeout_ns, &deadline))
 		deadline = 0;	/* centuries: the same as no limit */
+	/*
+	 * A reference for the call (the queue's own is there as it starts): a
+	 * kairos_queue_destroy() while this waits leaves @q closed, not freed,
+	 * and the wait ends with -EINVAL.  Let go out of any section.
+	 */
+	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
 	for (;;) {
 		n = drain(q, out, max);
 		if (n || timeout_ns == 0)
-			return n;
+			break;
 		if (deadline && clock_now_ns(CLOCK_MONOTONIC) >= deadline)
-			return 0;
-		if (atomic_load_explicit(&q->closed, memory_order_relaxed))
-			return -EINVAL;
+			break;
+		if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {
+			n = -EINVAL;
+			break;
+		}
 		take_wait(q, deadline);
 	}
+	queue_unref(q);
+	return n;
 }
 
 /*

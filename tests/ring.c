@@ -353,6 +353,42 @@ START_TEST(test_ring_failed_post_waits_in_queue)
 END_TEST
 
 /* Destroying the service with posts due ends each timer once. */
+/*
+ * A periodic timer whose post the kernel refuses on the spot while a
+ * cancel stops it (the cancel says -EBUSY: the delivery was under way):
+ * it ends there, counted cancelled, and never comes again, as a CQE or on
+ * the queue's list.  The refusal is injected and held open (fault.h) until
+ * the cancel is in.
+ */
+START_TEST(test_ring_refused_post_of_a_stopped_timer)
+{
+	struct kairos *k = r_service(1);
+	struct r_timer t = { 0 };
+	struct kairos_expiry e[2];
+	struct kairos_queue *q;
+	struct io_uring ring;
+
+	ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	ck_assert_int_eq(kairos_queue_ring(q, ring.ring_fd), 0);
+	atomic_store(&fault_post, 2);
+	ck_assert_int_eq(r_arm(k, q, &t, T_MS, T_MS), 0);
+	for (int i = 0; i < T_WAIT_MS && atomic_load(&fault_post_held) != 1; i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_post_held), 1);
+	ck_assert_int_eq(kairos_cancel(k, t.id), -EBUSY);
+	atomic_store(&fault_post, 0);
+	atomic_store(&fault_post_held, 2);
+	t_sleep_ms(100);
+	ck_assert_int_eq(kairos_queue_take(q, e, 2, 0), 0);
+	ck_assert_int_eq(r_reap(&ring, &t, 1, 1, 50), 0);
+	ck_assert_int_eq(kairos_cancel(k, t.id), -ENOENT);
+	r_identity(k, 0, 1);
+	atomic_store(&fault_post_held, 0);
+	r_close(k, q, &ring);
+}
+END_TEST
+
 START_TEST(test_ring_destroy_with_posts)
 {
 	enum { N = 500 };
@@ -431,6 +467,7 @@ int main(void)
 	tcase_add_test(tc, test_ring_periodic);
 	tcase_add_test(tc, test_ring_detach);
 	tcase_add_test(tc, test_ring_failed_post_waits_in_queue);
+	tcase_add_test(tc, test_ring_refused_post_of_a_stopped_timer);
 	tcase_add_test(tc, test_ring_destroy_with_posts);
 	suite_add_tcase(s, tc);
 	return t_main(s, "ring");
