@@ -791,6 +791,31 @@ START_TEST(test_queue_take_wakes_at_destroy)
 }
 END_TEST
 
+/*
+ * A taker blocked for ever returns -EINVAL when its queue is destroyed
+ * (kairos_queue_take(3)), and the queue is freed only once it has left:
+ * ASan reports any use after the free.
+ */
+START_TEST(test_queue_take_wakes_at_queue_destroy)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	struct kairos_stats s;
+	pthread_t th;
+	void *rc;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, q_take_forever, q), 0);
+	t_sleep_ms(50);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	ck_assert_int_eq(pthread_join(th, &rc), 0);
+	ck_assert_int_eq((int)(intptr_t)rc, -EINVAL);
+	ck_assert_int_eq(kairos_stats(k, &s), 0);
+	ck_assert_uint_eq(s.pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Options and errors                                                  */
 
@@ -1034,6 +1059,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_destroyed_freed_after_last_cancel);
 	tcase_add_test(tc, test_queue_service_destroyed_first);
 	tcase_add_test(tc, test_queue_take_wakes_at_destroy);
+	tcase_add_test(tc, test_queue_take_wakes_at_queue_destroy);
 	tcase_add_test(tc, test_queue_opts_kinds);
 	tcase_add_test(tc, test_queue_errors);
 	tcase_add_test(tc, test_queue_many_queues);

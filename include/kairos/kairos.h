@@ -543,8 +543,9 @@ int kairos_queue_shard(const struct kairos_queue *q);
  * them and closes its fd.  Timers still armed for @q go on until they end:
  * cancel and reset work on them, and one that expires ends there, unrun.
  * Each is counted once, as drained.  @q must not be used again, nor be in
- * a call of another thread.  Valid before or after kairos_destroy() of its
- * service; every queue must be destroyed to free it.
+ * a call of another thread but a kairos_queue_take() waiting on it, which
+ * returns -EINVAL.  Valid before or after kairos_destroy() of its service;
+ * every queue must be destroyed to free it.
  *
  * Context: any thread, callbacks included; does not wait for callbacks.
  * Return: how many waiting entries it ended (>= 0); -EINVAL for a NULL @q.
