@@ -173,29 +173,34 @@ static void arrival_pool(struct shard *s, struct arrival *b)
 							memory_order_relaxed));
 }
 
+/* What arrival_install() did. */
+enum { ARR_POOLED, ARR_NUMBERS_OUT, ARR_NEEDS_PAGE };
+
 /*
- * Numbers the new block @b of @s, installing *@page as the page of numbers
- * it falls in if that page is not there yet (a CAS; *@page is then set to
- * NULL: it is the shard's).  False when @s has numbered all it can.
+ * Numbers the new block @b of @s and puts it on the pool.  Its number's
+ * page is made only where it is missing: *@page, when the caller holds one,
+ * is installed (a CAS; *@page is then NULL, the shard's), and without one
+ * ARR_NEEDS_PAGE asks the caller to make it and come again.  A number is
+ * taken (a CAS on the count, never past the last) only with its page there
+ * or in hand, so a page that cannot be made uses no number up.
+ * ARR_NUMBERS_OUT when @s has numbered all it can.
  */
-static bool arrival_number(struct shard *s, struct arrival *b, struct arrival ***page)
+static int arrival_install(struct shard *s, struct arrival *b, struct arrival ***page)
 {
+	uint32_t no = atomic_load_explicit(&s->arr_made, memory_order_relaxed);
 	_Atomic(struct arrival **) *slot;
 	struct arrival **at, **none = NULL;
-	uint32_t no;
 
-	/*
-	 * Looked at before the count moves, so that a shard out of numbers,
-	 * asked again by every growth, never takes its count round to 0: it
-	 * overshoots by at most one per thread.
-	 */
-	if (atomic_load_explicit(&s->arr_made, memory_order_relaxed) >= ARRIVAL_DIR * ARRIVAL_PAGE)
-		return false;
-	no = atomic_fetch_add_explicit(&s->arr_made, 1, memory_order_relaxed);
-	if (no >= ARRIVAL_DIR * ARRIVAL_PAGE)
-		return false;
-	slot = &s->arr_dir[no >> ARRIVAL_PAGE_BITS];
-	at = atomic_load_explicit(slot, memory_order_acquire);
+	do {
+		if (no >= ARRIVAL_DIR * ARRIVAL_PAGE)
+			return ARR_NUMBERS_OUT;
+		slot = &s->arr_dir[no >> ARRIVAL_PAGE_BITS];
+		at = atomic_load_explicit(slot, memory_order_acquire);
+		if (!at && !*page)
+			return ARR_NEEDS_PAGE;
+	} while (!atomic_compare_exchange_weak_explicit(&s->arr_made, &no, no + 1,
+							memory_order_relaxed,
+							memory_order_relaxed));
 	if (!at) {
 		/* Release and acquire: the page's zeroes before its pointer. */
 		if (atomic_compare_exchange_strong_explicit(slot, &none, *page,
@@ -210,7 +215,8 @@ static bool arrival_number(struct shard *s, struct arrival *b, struct arrival **
 	b->no = no;
 	/* Published with the block: a thread pops it only after it was pooled. */
 	__atomic_store_n(&at[no & (ARRIVAL_PAGE - 1)], b, __ATOMIC_RELAXED);
-	return true;
+	arrival_pool(s, b);
+	return ARR_POOLED;
 }
 
 /*
@@ -248,29 +254,16 @@ static struct arrival *arrival_get(struct shard *s, struct tstate *t)
 	return NULL;
 }
 
-/* A block and a page of numbers for it, out of any section; false: no memory. */
-static bool arrival_alloc(struct arrival **b, struct arrival ***page)
+/* A block, out of any section; NULL: no memory. */
+static struct arrival *arrival_alloc(void)
 {
-	*b = fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(**b));
-	*page = fault_calloc(ARRIVAL_PAGE, sizeof(**page));
-	if (*b && *page)
-		return true;
-	free(*b);
-	free(*page);
-	return false;
+	return fault_hit() ? NULL : aligned_alloc(CACHELINE, sizeof(struct arrival));
 }
 
-/*
- * Numbers @b for @s, installing *@page if its page of numbers is missing
- * (then *@page is NULL), and puts it on the pool.  False when @s has
- * numbered all it can.
- */
-static bool arrival_install(struct shard *s, struct arrival *b, struct arrival ***page)
+/* A page of block numbers, out of any section; NULL: no memory. */
+static struct arrival **arrival_page_alloc(void)
 {
-	if (!arrival_number(s, b, page))
-		return false;
-	arrival_pool(s, b);
-	return true;
+	return fault_calloc(ARRIVAL_PAGE, sizeof(struct arrival *));
 }
 
 /*
@@ -280,41 +273,54 @@ static bool arrival_install(struct shard *s, struct arrival *b, struct arrival *
  */
 int arrival_first(struct shard *s)
 {
-	struct arrival **page;
-	struct arrival *b;
+	struct arrival *b = arrival_alloc();
+	struct arrival **page = b ? arrival_page_alloc() : NULL;
 
-	if (!arrival_alloc(&b, &page))
+	if (!page) {
+		free(b);
 		return -ENOMEM;
+	}
 	/* A new shard has every number left, and no page: both are used. */
-	if (!arrival_install(s, b, &page))
+	if (arrival_install(s, b, &page) != ARR_POOLED)
 		kairos_die("a new shard could not number its first arrival block");
-	free(page);
 	return 0;
 }
 
 /*
  * arrival_grow - out of any read-side section: makes a block for the shard
- * that @t's arm asked one for (tstate.arr_grow), with a page of numbers in
- * case its number is the first of a page, then numbers it and puts it on
- * that shard's pool inside a section.  What it did not use is freed after.
- * Returns 0, -ENOMEM, or -ESHUTDOWN.
+ * that @t's arm asked one for (tstate.arr_grow), and numbers it and puts it
+ * on that shard's pool inside a section; when its number is the first of a
+ * page, the page is made out of the section and the install tried again.
+ * What it did not use is freed after.  Returns 0, -ENOMEM, or -ESHUTDOWN.
  */
 int arrival_grow(struct kairos *k, struct tstate *t)
 {
 	unsigned shard = t->arr_grow - 1;
-	struct arrival **page;
+	struct arrival **page = NULL;
 	struct arrival *b;
-	int rc;
+	int rc, done;
 
 	t->arr_grow = 0;
 	rcu_might_sleep();
-	if (!arrival_alloc(&b, &page))
+	b = arrival_alloc();
+	if (!b)
 		return -ENOMEM;
-	rc = service_enter(k);
-	if (rc == 0) {
-		if (arrival_install(k->shards[shard], b, &page))
-			b = NULL;
+	for (;;) {
+		rc = service_enter(k);
+		if (rc)
+			break;
+		done = arrival_install(k->shards[shard], b, &page);
 		service_leave();
+		if (done == ARR_POOLED)
+			b = NULL;
+		if (done != ARR_NEEDS_PAGE)
+			break;
+		/* With a page in hand the next try takes a number. */
+		page = arrival_page_alloc();
+		if (!page) {
+			rc = -ENOMEM;
+			break;
+		}
 	}
 	free(page);
 	free(b);

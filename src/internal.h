@@ -478,6 +478,14 @@ struct kairos_queue *queue_get(struct kairos *k, unsigned no);
  * is being freed; for a thread that holds no record's reference to it.
  */
 struct kairos_queue *queue_tryget(struct kairos *k, unsigned no);
+/*
+ * One more reference to @q, for a caller that knows the count is above 0
+ * meanwhile (it holds one, or a record it owns does).
+ */
+static inline void queue_ref(struct kairos_queue *q)
+{
+	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+}
 void queue_unref(struct kairos_queue *q);
 /*
  * queue_unref() for a caller inside a read-side section: a last reference

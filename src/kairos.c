@@ -652,7 +652,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	}
 	/* Its queue stays until it ends (queue.c). */
 	if (q)
-		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+		queue_ref(q);
 	/*
 	 * A plain timer far from its arm is filed by value (arrival.c): the
 	 * shard does not touch its record until its slot comes.

@@ -410,7 +410,7 @@ void queue_posted(struct shard *s, struct rec *r, int res)
 		 * of any section, so that a destroyed queue is freed here, not
 		 * under a list or a section of the undo.
 		 */
-		atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+		queue_ref(q);
 		post_undo(s, q, r);
 		queue_unref(q);
 		return;
@@ -550,7 +550,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 	/* seq_cst pairs with queue_teardown_wait(): it sees this, or this sees dead. */
 	atomic_fetch_add_explicit(&q->active, 1, memory_order_seq_cst);
 	/* Held while records are: a callback may destroy the queue. */
-	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+	queue_ref(q);
 	while (n < max) {
 		struct rec *r, *last, *next;
 
@@ -873,7 +873,7 @@ KAIROS_EXPORT int kairos_queue_take(struct kairos_queue *q, struct kairos_expiry
 	 * kairos_queue_destroy() while this waits leaves @q closed, not freed,
 	 * and the wait ends with -EINVAL.  Let go out of any section.
 	 */
-	atomic_fetch_add_explicit(&q->refs, 1, memory_order_relaxed);
+	queue_ref(q);
 	for (;;) {
 		n = drain(q, out, max);
 		if (n || timeout_ns == 0)
