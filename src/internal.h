@@ -620,9 +620,15 @@ struct shard {
 	/* Cancels of records filed by value that their callers retired (table_keep_flush()). */
 	_Atomic uint64_t far_kept;
 	/*
-	 * Set when far_kept passes a multiple of WHEEL_SWEEP_MIN: the reclaimer
-	 * wakes the shard to sweep once the count stands still (shard_sweep_asks()).
-	 * The reclaimer's own notes on it follow.
+	 * The far_kept at which a sweep of stale entries comes due, as the
+	 * shard last worked it out (ents_tidy()): the flush that brings
+	 * far_kept to it sets sweep_ask.
+	 */
+	_Atomic uint64_t sweep_due_kept;
+	/*
+	 * Set by that flush: the reclaimer wakes the shard to sweep once
+	 * far_kept stands still (shard_sweep_asks()).  The reclaimer's own
+	 * notes on it follow.
 	 */
 	_Atomic uint32_t sweep_ask;
 	struct quiet ask_quiet;		/* the reclaimer's, in ns */
@@ -636,7 +642,7 @@ struct shard {
 	struct wheel wheel __attribute__((aligned(CACHELINE)));
 	struct wheel_entry_ops eops;	/* the wheel's view of records filed by value */
 	struct arrival *arr_open;	/* arrival blocks being read (arrival.c) */
-	uint64_t cancels_taken;		/* cancels it has taken from its inbox, in all */
+	_Atomic uint64_t cancels_taken;	/* cancels it has taken from its inbox (tests read it) */
 	uint64_t cancels_swept;		/* cancels_taken + far_kept at its last sweep of all entries */
 	uint64_t kept_looked;		/* far_kept at its last look (ents_tidy()) */
 	struct quiet sweep_quiet;	/* a sweep waiting for far_kept to pause, in ticks */
@@ -751,6 +757,7 @@ struct kairos {
 	 * reclaimer then looks at the threads every KEPT_SCAN_NS (thread.c).
 	 */
 	_Atomic uint32_t kept_watch;
+	_Atomic uint64_t kept_steals;	/* bundles the reclaimer began to take (tests read it) */
 	struct kairos *list_next;	/* on the list of live, then destroyed, services */
 	struct kairos *list_prev;
 	struct kairos_stats final;	/* the counters at the end of kairos_destroy() */

@@ -187,12 +187,32 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 			wheel_del(&s->wheel, &r->wt);
 		/* The canceller counted it; only the record is left to retire. */
 		rbundle_add(s->k, s, rb, r);
-		s->cancels_taken++;
+		atomic_store_explicit(&s->cancels_taken,
+				      atomic_load_explicit(&s->cancels_taken, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 		break;
 	default:
 		/* Posts are made only from PENDING; anything else is corruption. */
 		kairos_die("posted record in an impossible state");
 	}
+}
+
+/*
+ * Tells the flushes of kept cancels at which far_kept a sweep comes due
+ * (table_keep_flush() asks for a wake when it brings far_kept there).  A
+ * bound stored earlier that far_kept has not reached yet stays when it is
+ * lower: its ask brings the shard to look again, a wake too soon at worst.
+ * Returns whether far_kept reached @due meanwhile (seq_cst store, then
+ * load: pairs with the flush's add, then load).
+ */
+static bool sweep_due_at(struct shard *s, uint64_t kept, uint64_t due)
+{
+	uint64_t was = atomic_load_explicit(&s->sweep_due_kept, memory_order_relaxed);
+
+	if (was == due || (was < due && was > kept))
+		return false;
+	atomic_store_explicit(&s->sweep_due_kept, due, memory_order_seq_cst);
+	return atomic_load_explicit(&s->far_kept, memory_order_seq_cst) >= due;
 }
 
 /*
@@ -212,39 +232,72 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
  * took 27-32 ns a cancel with the sweep beside it, 16-18 without;
  * docs/BENCHMARKS.md, "The sweep waits for a burst of cancels to pause").
  * So the sweep waits for far_kept to pause, by quiet_note()'s rule:
- *  - Every WHEEL_SWEEP_MIN kept cancels, the flush asks the reclaimer, which
- *    wakes the shard once far_kept has stood still for SWEEP_QUIET_NS, or
- *    SHARD_FLUSH_NS after it saw the ask (shard_sweep_asks()).
+ *  - A look that finds no sweep due works out the far_kept at which one
+ *    would be, with the cancels taken so far (sweep_due_at()); the flush
+ *    that reaches it asks the reclaimer, which wakes the shard once
+ *    far_kept has stood still for SWEEP_QUIET_NS, or SHARD_FLUSH_NS after
+ *    it saw the ask (shard_sweep_asks()).  Cancels taken later come with a
+ *    pass, which looks again.
  *  - A shard that finds a sweep due while far_kept moved since its last
  *    look waits the same way, its timer bringing it back to look.
  * So kept cancels are swept at most about 2 * SHARD_FLUSH_NS after they
- * pass the count, however steady their flow.  A manual-clock shard has no
- * timer to look again by, and sweeps at once.
+ * reach the count, however steady their flow and however they mix with
+ * taken ones.  A manual-clock shard has no timer to look again by, and
+ * sweeps at once.
  */
+/*
+ * Whether a sweep is due with far_kept at *@kept.  If not, the bound is
+ * stored for the flushes (sweep_due_at()); when far_kept reached it
+ * meanwhile, *@kept is read again, *@moved set, and a sweep is due.
+ */
+static bool ents_due(struct shard *s, uint64_t *kept, bool *moved)
+{
+	uint64_t need = wheel_entries(&s->wheel) / 2;
+	uint64_t taken = atomic_load_explicit(&s->cancels_taken, memory_order_relaxed);
+	uint64_t since = taken + *kept - s->cancels_swept;
+
+	if (need < WHEEL_SWEEP_MIN)
+		need = WHEEL_SWEEP_MIN;
+	if (since >= need)
+		return true;
+	if (!sweep_due_at(s, *kept, *kept + need - since))
+		return false;
+	*kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed);
+	*moved = true;
+	return true;
+}
+
 static void ents_tidy(struct shard *s)
 {
-	uint64_t kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed);
-	uint64_t all = s->cancels_taken + kept;
-	uint64_t since = all - s->cancels_swept, dropped;
-	bool moved = kept != s->kept_looked;
+	uint64_t kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed), dropped;
+	bool moved = kept != s->kept_looked, swept = false;
 
-	s->kept_looked = kept;
 	s->sweep_look = 0;
-	if (since < WHEEL_SWEEP_MIN || since < wheel_entries(&s->wheel) / 2)
-		return;
-	if ((moved || s->sweep_quiet.waiting) && !service_manual(s->k)) {
-		/* The wheel's tick is the last pass's, perhaps long ago: read the clock. */
-		uint64_t tick = clock_tick_floor(service_now(s->k), s->k->cfg.tick_ns);
+	/*
+	 * Twice at most: after a sweep, the next bound is stored; a burst that
+	 * reached it during the sweep begins a wait (a manual-clock shard
+	 * leaves it to its next pass).
+	 */
+	while (ents_due(s, &kept, &moved)) {
+		if ((moved || s->sweep_quiet.waiting) && !service_manual(s->k)) {
+			/* The wheel's tick is the last pass's, perhaps long ago: read the clock. */
+			uint64_t tick = clock_tick_floor(service_now(s->k), s->k->cfg.tick_ns);
 
-		if (!quiet_note(&s->sweep_quiet, kept, tick, s->quiet_ticks, s->flush_ticks,
-				&s->sweep_look))
-			return;
+			if (!quiet_note(&s->sweep_quiet, kept, tick, s->quiet_ticks,
+					s->flush_ticks, &s->sweep_look))
+				break;
+		} else if (swept) {
+			break;
+		}
+		s->sweep_quiet.waiting = false;
+		dropped = wheel_sweep_entries(&s->wheel);
+		s->cancels_swept = atomic_load_explicit(&s->cancels_taken, memory_order_relaxed) + kept;
+		atomic_fetch_add_explicit(&s->stats.sweeps, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->stats.swept, dropped, memory_order_relaxed);
+		swept = true;
+		moved = false;
 	}
-	s->sweep_quiet.waiting = false;
-	dropped = wheel_sweep_entries(&s->wheel);
-	s->cancels_swept = all;
-	atomic_fetch_add_explicit(&s->stats.sweeps, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->stats.swept, dropped, memory_order_relaxed);
+	s->kept_looked = kept;
 }
 
 uint64_t shard_sweep_asks(struct kairos *k, uint64_t now)
@@ -790,6 +843,7 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->posting.next = s->posting.prev = &s->posting;
 	s->flush_ticks = (SHARD_FLUSH_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
 	s->quiet_ticks = (SWEEP_QUIET_NS + k->cfg.tick_ns - 1) / k->cfg.tick_ns;
+	atomic_store_explicit(&s->sweep_due_kept, WHEEL_SWEEP_MIN, memory_order_relaxed);
 	s->itally.lane = &s->own;
 	/* None of these can fail with default attributes. */
 	if ((rc = pthread_mutex_init(&s->dq.lock, NULL)) ||

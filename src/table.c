@@ -530,18 +530,19 @@ void table_keep_open(struct kairos *k, struct tstate *t)
 
 /*
  * Hands @t's kept cancels to the reclaimer, their ended bytes stored first,
- * and counts them towards their shard's next sweep of stale entries.  Each
- * time WHEEL_SWEEP_MIN more have gone, the reclaimer is asked to wake the
- * shard once they stop coming (shard_sweep_asks()), so that a quiet shard
- * sweeps them as it would posted cancels, and not in the middle of the
- * burst whose ended bytes the sweep reads.  Called by the bundle's holder:
- * the thread, or the reclaimer while kept_steal is set.
+ * and counts them towards their shard's next sweep of stale entries.  The
+ * flush that brings the count to where the shard said a sweep comes due
+ * (sweep_due_kept) asks the reclaimer to wake the shard once they stop
+ * coming (shard_sweep_asks()), so that a quiet shard sweeps them as it
+ * would posted cancels, and not in the middle of the burst whose ended
+ * bytes the sweep reads.  Called by the bundle's holder: the thread, or
+ * the reclaimer while kept_steal is set.
  */
 void table_keep_flush(struct kairos *k, struct tstate *t)
 {
 	struct shard *s = t->kept_s;
 	unsigned n = t->kept.n;
-	uint64_t was;
+	uint64_t was, due;
 
 	if (!n)
 		return;
@@ -552,8 +553,14 @@ void table_keep_flush(struct kairos *k, struct tstate *t)
 	atomic_store_explicit(&t->kept_flushes,
 			      atomic_load_explicit(&t->kept_flushes, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
-	was = atomic_fetch_add_explicit(&s->far_kept, n, memory_order_relaxed);
-	if ((was + n) / WHEEL_SWEEP_MIN != was / WHEEL_SWEEP_MIN) {
+	/*
+	 * seq_cst add, then load: pairs with the shard's store of a new
+	 * sweep_due_kept and its look at far_kept after it (sweep_due_at()),
+	 * so that either this flush sees the bound or the shard sees the count.
+	 */
+	was = atomic_fetch_add_explicit(&s->far_kept, n, memory_order_seq_cst);
+	due = atomic_load_explicit(&s->sweep_due_kept, memory_order_seq_cst);
+	if (was < due && was + n >= due) {
 		/* Release: this flush's far_kept before the ask (shard_sweep_asks()). */
 		atomic_store_explicit(&s->sweep_ask, 1, memory_order_release);
 		table_kick(k);

@@ -307,6 +307,7 @@ bool ts_collect_kept(struct kairos *k)
 
 		if (o && t->kept_seen_open && f == t->kept_seen_flushes) {
 			atomic_store_explicit(&t->kept_steal, 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&k->kept_steals, 1, memory_order_relaxed);
 			take = true;
 		}
 		open |= o;
