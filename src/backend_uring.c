@@ -140,6 +140,10 @@ static int uring_wait(struct shard *s)
 			return rc;
 		u->eread = true;
 	}
+	/* A test holds the shard here, past a failed submit of posts (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_post, memory_order_relaxed) == 3, 0) &&
+	    u->unsent)
+		(void)fault_post_refuse();
 	do {
 		/* What a post reaped already is news: do not sleep on it. */
 		rc = u->ev || u->err ? io_uring_submit(&u->ring)
@@ -163,6 +167,9 @@ static int uring_submit(struct shard *s)
 	struct uring_state *u = s->backend;
 	int rc;
 
+	/* A test's failed submit: the kernel takes nothing (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_post, memory_order_relaxed) == 3, 0))
+		return -EAGAIN;
 	do {
 		rc = io_uring_submit(&u->ring);
 	} while (rc == -EINTR);
@@ -195,11 +202,33 @@ static int uring_post(struct shard *s, int fd, uint64_t data, uint32_t len, stru
 	}
 	io_uring_prep_msg_ring(sqe, fd, len, data, 0);
 	/* A test's failed post: a message kind the kernel does not know. */
-	if (atomic_load_explicit(&fault_post, memory_order_relaxed))
+	if (atomic_load_explicit(&fault_post, memory_order_relaxed) == 1)
 		sqe->addr = UINT32_MAX;
 	io_uring_sqe_set_data(sqe, r);
 	u->unsent++;
 	return 0;
+}
+
+/*
+ * A post names its ring by fd number, which the kernel looks up only as it
+ * takes the entry.  One that a failed submit left queued would be sent by
+ * the next submit to whatever holds the number then: its queue's ring fd
+ * may be closed as soon as the queue's ring_lock is released, and the
+ * number reused, even for another ring.  So those still queued for @fd go
+ * to fd -1 instead: sent, they fail (-EBADF), and the expiry waits on its
+ * queue's list (queue_posted()).  The entries from the kernel's head to
+ * liburing's tail are this thread's alone until it next enters the kernel.
+ */
+static void uring_unsend(struct shard *s, int fd)
+{
+	struct io_uring_sq *sq = &((struct uring_state *)s->backend)->ring.sq;
+
+	for (unsigned pos = io_uring_smp_load_acquire(sq->khead); pos != sq->sqe_tail; pos++) {
+		struct io_uring_sqe *sqe = &sq->sqes[pos & sq->ring_mask];
+
+		if (sqe->opcode == IORING_OP_MSG_RING && sqe->fd == fd)
+			sqe->fd = -1;
+	}
 }
 
 /*
@@ -252,5 +281,6 @@ const struct backend_ops backend_uring_ops = {
 	.fini = uring_fini,
 	.post = uring_post,
 	.submit = uring_submit,
+	.unsend = uring_unsend,
 	.settle = uring_settle,
 };

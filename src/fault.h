@@ -30,6 +30,12 @@ extern _Atomic int fault_post __attribute__((visibility("hidden")));
  * which a test's cancel meets a delivery under way.
  */
 extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
+/*
+ * fault_post at 3: a shard's submit of its posts fails, the kernel taking
+ * none (-EAGAIN), and its next wait holds the same way before it enters
+ * the kernel, until fault_post_held is 2 (or a second has passed): a
+ * window in which a test can close and reuse a queue's ring fd.
+ */
 int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
  * Non-zero before a process's first service: membarrier() is taken as

@@ -417,6 +417,12 @@ struct backend_ops {
 	 */
 	int (*post)(struct shard *s, int fd, uint64_t data, uint32_t len, struct rec *r);
 	int (*submit)(struct shard *s);
+	/*
+	 * io_uring only: the posts to @fd still queued (a submit failed) are
+	 * made to fail when they are sent, as @fd may be closed and its
+	 * number reused by then.
+	 */
+	void (*unsend)(struct shard *s, int fd);
 	void (*settle)(struct shard *s);
 };
 

@@ -370,8 +370,14 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 		else
 			post_stopped(s, q, r, old);
 	}
-	/* A failed submit leaves the posts queued: the next wait sends them. */
+	/*
+	 * A failed (or short) submit leaves posts queued, for the next wait
+	 * to send; none may name @fd once the lock is released
+	 * (queue_ring_swap() may close it then): those fail, and wait on the
+	 * list.
+	 */
 	(void)s->ops->submit(s);
+	s->ops->unsend(s, fd);
 	mutex_unlock(&q->ring_lock);
 	if (back)
 		list_put(q, back, back_last, false);

@@ -17,6 +17,7 @@
 #include <poll.h>
 
 #include "t_util.h"
+#include "internal.h"
 #include "../src/fault.h"
 
 #define R_N	400
@@ -399,6 +400,56 @@ START_TEST(test_ring_refused_post_of_a_stopped_timer)
 }
 END_TEST
 
+/*
+ * A post that a failed submit left queued is not sent by number to a ring
+ * fd that was closed meanwhile: the number may be another ring's by then.
+ * Here the queue's ring is detached while the shard holds such a post
+ * (fault.h: fault_post 3), and a second ring takes the number; once the
+ * shard goes on, the expiry waits on the queue's list, and the second ring
+ * gets nothing.
+ */
+START_TEST(test_ring_queued_post_outlives_its_fd)
+{
+	struct kairos *k = r_service(1);
+	struct r_timer t = { 0 };
+	struct kairos_queue *q;
+	struct io_uring ring, other;
+	struct kairos_expiry e;
+	int fd;
+
+	ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	ck_assert_int_eq(kairos_queue_ring(q, ring.ring_fd), 0);
+	fd = q->ring_fd;	/* the service's duplicate */
+	atomic_store(&fault_post, 3);
+	ck_assert_int_eq(r_arm(k, q, &t, T_MS, 0), 0);
+	for (int i = 0; i < T_WAIT_MS && atomic_load(&fault_post_held) != 1; i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_post_held), 1);
+	/* Detached: the duplicate is closed, and another ring gets its number. */
+	ck_assert_int_eq(kairos_queue_ring(q, -1), 0);
+	ck_assert_int_eq(io_uring_queue_init(8, &other, 0), 0);
+	if (other.ring_fd != fd) {
+		ck_assert_int_eq(dup2(other.ring_fd, fd), fd);
+		ck_assert_int_eq(close(other.ring_fd), 0);
+		other.ring_fd = fd;
+		other.enter_ring_fd = fd;
+	}
+	atomic_store(&fault_post, 0);
+	atomic_store(&fault_post_held, 2);
+	ck_assert_int_eq(kairos_queue_take(q, &e, 1, (int64_t)T_WAIT_MS * (int64_t)T_MS), 1);
+	ck_assert_ptr_eq(e.arg, &t);
+	ck_assert_int_eq(e.status, 1);
+	ck_assert_int_eq(r_reap(&other, &t, 1, 1, 100), 0);
+	ck_assert_int_eq(r_reap(&ring, &t, 1, 1, 50), 0);
+	ck_assert_int_eq(t.cqes, 0);
+	r_identity(k, 1, 0);
+	atomic_store(&fault_post_held, 0);
+	io_uring_queue_exit(&other);
+	r_close(k, q, &ring);
+}
+END_TEST
+
 START_TEST(test_ring_destroy_with_posts)
 {
 	enum { N = 500 };
@@ -478,6 +529,7 @@ int main(void)
 	tcase_add_test(tc, test_ring_detach);
 	tcase_add_test(tc, test_ring_failed_post_waits_in_queue);
 	tcase_add_test(tc, test_ring_refused_post_of_a_stopped_timer);
+	tcase_add_test(tc, test_ring_queued_post_outlives_its_fd);
 	tcase_add_test(tc, test_ring_destroy_with_posts);
 	suite_add_tcase(s, tc);
 	return t_main(s, "ring");
