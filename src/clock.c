@@ -61,9 +61,17 @@ void clock_quiet_mark(struct kairos *k)
 /*
  * Whether shard @s of a manual service has expired at @now and has nothing
  * left to do.  Called inside the read-side section.  The order of the loads
- * matters: manual_seen is stored after sleep_tick is cleared at the top of
- * a pass, so a sleep_tick seen set after it is the store that ended that
- * pass, or a later one; and the pass's runs were counted before that store.
+ * matters:
+ *  - manual_seen is stored after sleep_tick is cleared at the top of a
+ *    pass, so a sleep_tick seen set after it is the store that ended that
+ *    pass, or a later one; and the pass's runs were counted before that
+ *    store;
+ *  - the inbox is read before sleep_tick: a shard takes its inbox (acq_rel)
+ *    only after it cleared sleep_tick, so an inbox seen empty because the
+ *    shard took it is followed by a sleep_tick of 0, or by the store that
+ *    ended the pass that handled what it took.  (Read the other way round,
+ *    a callback's arm due at once could be taken between the two loads,
+ *    and the advance return before it ran.)
  */
 static bool shard_settled(struct shard *s, uint64_t now)
 {
@@ -71,9 +79,9 @@ static bool shard_settled(struct shard *s, uint64_t now)
 
 	if (atomic_load_explicit(&s->manual_seen, memory_order_seq_cst) < now)
 		return false;
-	if (!atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst))
-		return false;
 	if (atomic_load_explicit(&s->inbox, memory_order_seq_cst))
+		return false;
+	if (!atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst))
 		return false;
 	pushed = atomic_load_explicit(&s->dq.runs_pushed, memory_order_seq_cst);
 	return atomic_load_explicit(&s->dq.runs_done, memory_order_seq_cst) == pushed;

@@ -409,8 +409,11 @@ static bool inbox_drain(struct shard *s)
 		drain_unmap(s);
 		return false;
 	}
-	/* Acquire pairs with the posters' release. */
-	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acquire);
+	/*
+	 * Acquire pairs with the posters' release; release, with a manual
+	 * clock's waiter, which reads the inbox and then sleep_tick (clock.c).
+	 */
+	list = atomic_exchange_explicit(&s->inbox, NULL, memory_order_acq_rel);
 	shard_posts_taken(s);
 	for (; list && n < DRAIN_FIXED; list = rec_link(list))
 		s->drain_fixed[n++] = list;
