@@ -1067,6 +1067,21 @@ again:
 			service_leave();
 			return 0;
 		}
+		/*
+		 * A periodic timer this call stopped has ended (CANCELLED), but
+		 * the thread that ended its run may not have released its key
+		 * yet: released here (whichever of the two comes second finds
+		 * it gone), so that the key is free as this returns, as after
+		 * a cancel that returns 0.  The section keeps the record from
+		 * reuse since the lookup saw its life.
+		 */
+		if (rc == -ENOENT && (seen & ST_PERIODIC)) {
+			struct shard *s;
+			struct rec *r = lookup(k, id, &s, &seen);
+
+			if (r && st_of(seen) == ST_CANCELLED)
+				key_release(k, r);
+		}
 	}
 	service_leave();
 	return -EBUSY;

@@ -669,6 +669,50 @@ START_TEST(test_key_free_when_cancel_returns)
 }
 END_TEST
 
+/* A periodic callback that says it started, then runs a while. */
+static void cb_started_slow(void *arg, kairos_id id, int status)
+{
+	(void)id;
+	(void)status;
+	atomic_store((atomic_int *)arg, 1);
+	t_sleep_ns(100 * T_US);
+}
+
+/*
+ * A periodic timer that kairos_cancel_sync() stops while it runs
+ * (-EBUSY) has ended as the call returns, and so has its hold on its key:
+ * a plain arm of the key succeeds at once.  Before, the waiter could
+ * return between the worker's end of the run and its release of the key
+ * (-EEXIST, and kairos_key_find() still gave the ended timer).
+ */
+START_TEST(test_key_free_when_cancel_sync_stops_a_periodic)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	uint64_t end = t_mono() + 2 * T_SEC;
+	int busy = 0, rounds = 0;
+
+	while (rounds < 3000 && t_mono() < end) {
+		struct kairos_timer_opts o = { .key = "p", .key_len = 1, .period_ns = 300 * T_US };
+		atomic_int started = 0;
+		kairos_id id, next;
+		int rc;
+
+		ck_assert_int_eq(kairos_arm_opts(k, 100 * T_US, &o, cb_started_slow, &started, &id), 0);
+		ck_assert_int_eq(t_wait_int(&started, 1, T_WAIT_MS), 1);
+		rc = kairos_cancel_sync(k, id);
+		ck_assert_msg(rc == 0 || rc == -EBUSY, "cancel_sync: %d", rc);
+		busy += rc == -EBUSY;
+		ck_assert_int_eq(k_arm(k, "p", 0, LONG_NS, NULL, t_cb_never, NULL, &next), 0);
+		ck_assert_int_eq(kairos_cancel(k, next), 0);
+		rounds++;
+	}
+	ck_assert_int_gt(busy, 0);
+	keys_identity(k, 2 * (uint64_t)rounds);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* Services with keys start no thread beyond their own, and leave none. */
 START_TEST(test_key_threads_back_to_baseline)
 {
@@ -709,6 +753,7 @@ int main(void)
 	tcase_add_test(tc, test_key_replace_hands_over_atomically);
 	tcase_add_test(tc, test_key_table_grows_and_shrinks);
 	tcase_add_test(tc, test_key_free_when_cancel_returns);
+	tcase_add_test(tc, test_key_free_when_cancel_sync_stops_a_periodic);
 	tcase_add_test(tc, test_key_threads_back_to_baseline);
 	suite_add_tcase(s, tc);
 	return t_main(s, "keys");
