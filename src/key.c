@@ -307,7 +307,7 @@ static bool key_claim(struct kairos *k, struct key_node *old)
 							    memory_order_relaxed);
 }
 
-int key_take(struct kairos *k, struct key_node *kn, bool replace)
+static int key_take_in(struct kairos *k, struct key_node *kn, bool replace)
 {
 	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
 	struct key_ref ref = { kn->bytes, kn->len };
@@ -356,7 +356,7 @@ int key_take(struct kairos *k, struct key_node *kn, bool replace)
 	}
 }
 
-int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
+static int key_lookup_in(struct kairos *k, const void *key, size_t len, kairos_id *id)
 {
 	struct cds_lfht *ht = atomic_load_explicit(&k->keys, memory_order_acquire);
 	struct key_ref ref = { key, len };
@@ -384,6 +384,29 @@ int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
 		}
 		cpu_relax_n(&spins);
 	}
+}
+
+/*
+ * Lookups and inserts read the nodes they meet (key_match(), the moving
+ * flag, the id); the reclaimer frees a removed node one grace period after
+ * it took it (table.c).  For TSan, each says that its reads are done,
+ * inside the section, and the reclaimer's grace period orders them before
+ * its frees (rcu.h).
+ */
+int key_take(struct kairos *k, struct key_node *kn, bool replace)
+{
+	int rc = key_take_in(k, kn, replace);
+
+	rcu_tsan_section_end(k);
+	return rc;
+}
+
+int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
+{
+	int rc = key_lookup_in(k, key, len, id);
+
+	rcu_tsan_section_end(k);
+	return rc;
 }
 
 void key_release_slow(struct kairos *k, struct rec *r)

@@ -25,7 +25,9 @@
  *    read-side section and then sleeps outside it is ordered before
  *    kairos_destroy()'s frees only by synchronize_rcu().  Such a section
  *    ends with rcu_tsan_section_end(k), and destroy, past its grace
- *    period, says rcu_tsan_grace_done(k).
+ *    period, says rcu_tsan_grace_done(k).  So do the key table's lookups
+ *    and inserts, which read nodes that the reclaimer frees past its own
+ *    grace period (key.c, table.c).
  *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
  *    cds_lfht_replace() (full barriers) publish a node's contents to the
  *    lookups that find it; tsan_published(node) and tsan_found(node) say

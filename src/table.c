@@ -663,6 +663,7 @@ static bool reclaim_pass(struct kairos *k)
 			      memory_order_relaxed);
 	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
+	rcu_tsan_grace_done(k);
 	for (unsigned i = 0; i < k->nshards; i++)
 		if (taken[i])
 			reclaim_shard(k->shards[i], taken[i]);
