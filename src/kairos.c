@@ -861,9 +861,19 @@ KAIROS_EXPORT int kairos_arm_opts(struct kairos *k, uint64_t when_ns,
 		.replace = o->flags & KAIROS_KEY_REPLACE,
 		.q = o->queue,
 	};
-	/* The key's node is made outside the read-side section: it allocates. */
-	if (o->key && (rc = key_node_new(k, o->key, o->key_len, &a.kn)) != 0)
-		return rc;
+	/*
+	 * The key's node is made outside the read-side section: it allocates,
+	 * and the first makes the key table.  So an arm that cannot be valid
+	 * (no callback and no queue, or another service's queue) says so
+	 * first, having made nothing; arm_entry() checks again in its section.
+	 */
+	if (o->key) {
+		if (o->queue ? o->queue->k != k : !fn)
+			return -EINVAL;
+		rc = key_node_new(k, o->key, o->key_len, &a.kn);
+		if (rc)
+			return rc;
+	}
 	/* @when_ns is the first deadline (a delay, or absolute); @period_ns follows it. */
 	return arm_entry(k, o->flags & KAIROS_ABSTIME ? WHEN_AT : WHEN_AFTER, when_ns, &a, fn, arg,
 			 out);

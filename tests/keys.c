@@ -180,7 +180,11 @@ START_TEST(test_key_errors)
 	kairos_id id;
 
 	memset(big, 'x', sizeof(big));
+	/* An arm that cannot be valid says so before it makes the key table. */
 	o.key = "a";
+	o.key_len = 1;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, NULL, &ran, &id), -EINVAL);
+	ck_assert_ptr_null(atomic_load(&k->keys));
 	o.key_len = 0;
 	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, cb_count, &ran, &id), -EINVAL);
 	o.key = NULL;
