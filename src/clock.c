@@ -138,7 +138,7 @@ KAIROS_EXPORT int kairos_clock_advance(struct kairos *k, uint64_t ns)
 							memory_order_seq_cst,
 							memory_order_relaxed));
 	for (unsigned i = 0; i < k->nshards; i++)
-		shard_wake(k->shards[i]);
+		shard_wake_always(k->shards[i]);
 	/* An advance that waits (an enclosing one, from a callback) looks again. */
 	service_event(k);
 out:

@@ -1112,6 +1112,7 @@ static inline uint64_t sleep_tick_of(uint64_t sleep)
 }
 
 void shard_wake(struct shard *s);
+void shard_wake_always(struct shard *s);
 /*
  * The reclaimer's look at the shards whose threads asked for a sweep
  * (sweep_ask): wakes each one whose far_kept has not moved for

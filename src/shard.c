@@ -114,6 +114,30 @@ void shard_posts_taken(struct shard *s)
 		service_event(s->k);
 }
 
+/* One eventfd write, however wake_pending reads. */
+static void shard_kick(struct shard *s)
+{
+	uint64_t one = 1;
+
+	if (write(s->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
+		kairos_die_err("eventfd write", errno);
+}
+
+/*
+ * shard_wake_always - wakes @s whatever its wake_pending says: for
+ * kairos_clock_advance(), whose new time the shard reads with no other
+ * order against wake_pending.  (A post's wake is decided by sleep_tick,
+ * which the shard stores after clearing wake_pending, so a poster that
+ * reads the one reads the other's clear; an advance reads neither.  Were
+ * it to trust a stale wake_pending, the shard could clear it and read the
+ * old time, and both sleep.)
+ */
+void shard_wake_always(struct shard *s)
+{
+	atomic_store_explicit(&s->wake_pending, 1, memory_order_relaxed);
+	shard_kick(s);
+}
+
 void shard_wake(struct shard *s)
 {
 	/*
@@ -123,12 +147,8 @@ void shard_wake(struct shard *s)
 	 */
 	if (atomic_load_explicit(&s->wake_pending, memory_order_relaxed))
 		return;
-	if (!atomic_exchange_explicit(&s->wake_pending, 1, memory_order_acq_rel)) {
-		uint64_t one = 1;
-
-		if (write(s->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
-			kairos_die_err("eventfd write", errno);
-	}
+	if (!atomic_exchange_explicit(&s->wake_pending, 1, memory_order_acq_rel))
+		shard_kick(s);
 }
 
 /* Retires @r: into @rb when the caller ends many in a row, else at once. */
