@@ -159,7 +159,8 @@ out:
  * CLOCK_MONOTONIC taken after it.  The rate, ns per counter tick, is the
  * process's: measured from the first pair, taken when the first service
  * was created, to the first later one at least FAST_CAL_NS on, each an
- * ordered counter read between two clock reads, and never changed after.
+ * ordered counter read between two clock reads, and never changed after
+ * (a suspend between the two voids the measure: fast_rate()).
  * Until it is known every read is an ordered one.  Once it is, t1 is the
  * counter as the caller read it (its span had run out), then comes the
  * clock read, whose own counter read in the vDSO waits for it, and a
@@ -203,7 +204,18 @@ static struct {
 	 */
 	int known;
 	const char *why;		/* the look's answer, for kairos_clock_info() */
-	uint64_t base_tsc, base_ns;	/* the first clean pair, set once: ns its midpoint */
+	/*
+	 * The clean pairs the rate is measured from: the first at the first
+	 * create, under the lock; another each time a suspend is seen between
+	 * a pair and the one in use (fast_rate()), each written once by the
+	 * thread that claimed its slot and published by base_at's release.
+	 */
+	struct fast_base {
+		uint64_t tsc, ns;	/* ns: the pair's midpoint */
+		uint64_t boot;		/* CLOCK_BOOTTIME - CLOCK_MONOTONIC beside it */
+	} base[FAST_BASES];
+	_Atomic unsigned base_at;	/* the one in use */
+	_Atomic unsigned base_used;	/* slots claimed */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -223,9 +235,24 @@ static uint64_t fast_pair(uint64_t *tsc, uint64_t *ns)
 {
 	uint64_t before = clock_now_ns(CLOCK_MONOTONIC);
 
-	*tsc = tsc_ordered();
+	/* A test's suspend: the counter ran on while CLOCK_MONOTONIC stood (fault.h). */
+	*tsc = tsc_ordered() + (uint64_t)atomic_load_explicit(&fault_suspend_ticks,
+							      memory_order_relaxed);
 	*ns = clock_now_ns(CLOCK_MONOTONIC);
 	return *ns - before;
+}
+
+/*
+ * How far CLOCK_BOOTTIME is ahead of CLOCK_MONOTONIC: it grows by the
+ * time the machine spent suspended, during which CLOCK_MONOTONIC stands
+ * and the counter may run on (or stop, or start again from 0).
+ */
+static uint64_t fast_boot_gap(void)
+{
+	uint64_t mono = clock_now_ns(CLOCK_MONOTONIC);
+
+	return clock_now_ns(CLOCK_BOOTTIME) - mono +
+	       (uint64_t)atomic_load_explicit(&fault_suspend_ns, memory_order_relaxed);
 }
 
 /*
@@ -341,14 +368,19 @@ bool fast_clock_usable(const char **why)
 			uint64_t width = UINT64_MAX;
 
 			/* A clean pair: not interrupted between its clock reads. */
+			struct fast_base *b = &fast.base[0];
+
 			for (int i = 0; i < 100 && width > FAST_PAIR_NS; i++)
-				width = fast_pair(&fast.base_tsc, &fast.base_ns);
+				width = fast_pair(&b->tsc, &b->ns);
 			if (width > FAST_PAIR_NS) {
 				/* A machine too loaded (or valgrind): the next create looks again. */
 				known = 0;
 				fast.why = "no clean reading of the counter beside the clock at create";
 			} else {
-				fast.base_ns -= width / 2;
+				b->ns -= width / 2;
+				b->boot = fast_boot_gap();
+				atomic_store_explicit(&fast.base_used, 1, memory_order_relaxed);
+				atomic_store_explicit(&fast.base_at, 0, memory_order_release);
 			}
 		}
 #endif
@@ -372,22 +404,55 @@ void clock_fork_unlock(void)
 
 #if defined(__x86_64__)
 /*
- * The rate from the first pair to (@tsc, @ns), a clean pair's counter read
+ * The rate from the base pair to (@tsc, @ns), a clean pair's counter read
  * and midpoint, or 0 while they are less than FAST_CAL_NS apart or the rate
  * is implausible (a counter under 62.5 MHz or over 16 GHz).
+ *
+ * A suspend between the two would skew it: CLOCK_MONOTONIC stands while
+ * the counter may run on, and a rate measured low makes every estimate
+ * early (by up to a fifth of a span before the plausible range stops it).
+ * So a pair that finds CLOCK_BOOTTIME further ahead of CLOCK_MONOTONIC
+ * than at the base (by FAST_SUSPEND_NS: a rate off by a tenth at most,
+ * well inside the margin) becomes the base instead, and the measure starts
+ * again.  After FAST_BASES of them the rate stays unknown, and every read
+ * an ordered one.
  */
+static void fast_rebase(uint64_t tsc, uint64_t ns, uint64_t boot)
+{
+	unsigned n = atomic_fetch_add_explicit(&fast.base_used, 1, memory_order_relaxed);
+
+	if (n >= FAST_BASES)
+		return;
+	fast.base[n] = (struct fast_base){ .tsc = tsc, .ns = ns, .boot = boot };
+	/* Release: the slot's words before the index that names it. */
+	atomic_store_explicit(&fast.base_at, n, memory_order_release);
+}
+
 static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
 {
-	uint64_t dn = ns - fast.base_ns, dt = tsc - fast.base_tsc, mult;
+	const struct fast_base *b = &fast.base[atomic_load_explicit(&fast.base_at,
+								   memory_order_acquire)];
+	uint64_t dn = ns - b->ns, dt = tsc - b->tsc, mult, boot;
 
-	if (ns < fast.base_ns + FAST_CAL_NS || tsc <= fast.base_tsc)
+	if (ns < b->ns + FAST_CAL_NS)
 		return 0;
+	boot = fast_boot_gap();
+	if (tsc <= b->tsc || boot > b->boot + FAST_SUSPEND_NS) {
+		fast_rebase(tsc, ns, boot);
+		return 0;
+	}
 	mult = (uint64_t)(((unsigned __int128)dn << 32) / dt);
 	if (mult < (UINT64_C(1) << 28) || mult > (UINT64_C(1) << 36))
 		return 0;
 	return mult;
 }
 #endif
+
+uint64_t fast_calibration(unsigned *bases)
+{
+	*bases = atomic_load_explicit(&fast.base_used, memory_order_relaxed);
+	return atomic_load_explicit(&fast.mult, memory_order_relaxed);
+}
 
 void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t width,
 		     uint64_t mult)

@@ -46,6 +46,8 @@ static inline uint64_t clock_now_ns(clockid_t clock)
 #define FAST_SPAN_NS		UINT64_C(50000)		/* an anchor's life, in counter time */
 #define FAST_SLACK_MIN_NS	UINT64_C(50000)		/* least slack that takes the counter */
 #define FAST_CAL_NS		UINT64_C(10000000)	/* the rate's measuring interval */
+#define FAST_SUSPEND_NS		UINT64_C(1000000)	/* a suspend this long voids a measure */
+#define FAST_BASES		8	/* first pairs the rate may be measured from */
 
 struct fast_anchor {
 	uint64_t tsc;		/* counter read before the clock read */
@@ -70,6 +72,9 @@ bool fast_clock_usable(const char **why);
  * @tsc: the counter as the caller just read it (unordered), or 0.
  */
 uint64_t fast_reanchor(uint64_t tsc);
+
+/* For tests: the rate (32.32 ns per tick; 0: not yet), and *@bases the first pairs taken. */
+uint64_t fast_calibration(unsigned *bases);
 
 /*
  * fork(): the look at the machine's lock, taken before and let go after in

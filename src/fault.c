@@ -12,6 +12,8 @@ _Atomic int fault_uring;
 _Atomic int fault_post;
 _Atomic int fault_post_held;
 _Atomic int fault_membarrier;
+_Atomic long fault_suspend_ticks;
+_Atomic long fault_suspend_ns;
 _Atomic int fault_sleep_check;
 
 bool fault_hit_slow(void)

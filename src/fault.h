@@ -42,6 +42,13 @@ int fault_post_refuse(void) __attribute__((visibility("hidden")));
  * refused, and arrivals are published with a fence each (arrival.c).
  */
 extern _Atomic int fault_membarrier __attribute__((visibility("hidden")));
+/*
+ * A suspend as the counter clock's calibration sees it (clock.c): its
+ * counter reads run this many ticks further on, and CLOCK_BOOTTIME this
+ * many ns further ahead of CLOCK_MONOTONIC.
+ */
+extern _Atomic long fault_suspend_ticks __attribute__((visibility("hidden")));
+extern _Atomic long fault_suspend_ns __attribute__((visibility("hidden")));
 
 /*
  * Non-zero: a step that may sleep aborts the process when it runs inside a

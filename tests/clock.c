@@ -18,6 +18,7 @@
 #include "t_util.h"
 
 #include "../src/internal.h"
+#include "../src/fault.h"
 
 /*
  * Whether @k's slack timers read the counter, as kairos_clock_info() says.
@@ -171,6 +172,51 @@ START_TEST(test_clock_fast_never_early)
 		ck_assert_msg(counter > 0, "none of %" PRIu64 " reads on the counter", reads);
 	else
 		ck_assert_uint_eq(counter, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
+ * A suspend between the first pair and the rate's: CLOCK_MONOTONIC stood
+ * while the counter ran on (here 50 ms of it, made up: fault.h), so the
+ * rate from those two pairs would be 0.4 of the true one and every
+ * estimate early.  The calibration sees CLOCK_BOOTTIME move ahead and
+ * measures again from a new first pair: the rate it settles on is the
+ * counter's, within 1%.
+ */
+START_TEST(test_clock_rate_measured_across_a_suspend)
+{
+	struct kairos *k = t_create(NULL);	/* the first service: the rate's base */
+	uint64_t t0, n0, t1, n1, truth, mult = 0;
+	unsigned bases = 0;
+
+	if (!counter_on(k)) {
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		return;
+	}
+	ck_assert_uint_eq(fast_calibration(&bases), 0);
+	ck_assert_uint_eq(bases, 1);
+	/* The counter's rate, measured here; nothing reads the counter clock meanwhile. */
+	t0 = __builtin_ia32_rdtsc();
+	n0 = t_mono();
+	t_sleep_ms(30);
+	t1 = __builtin_ia32_rdtsc();
+	n1 = t_mono();
+	truth = (uint64_t)(((unsigned __int128)(n1 - n0) << 32) / (t1 - t0));
+	/* Then the suspend: 50 ms of counter ticks, and CLOCK_BOOTTIME 50 ms ahead. */
+	atomic_store(&fault_suspend_ticks, (long)(((unsigned __int128)(50 * T_MS) << 32) / truth));
+	atomic_store(&fault_suspend_ns, (long)(50 * T_MS));
+	for (int i = 0; i < 200 && !mult; i++) {
+		(void)fast_now();
+		t_sleep_ms(1);
+		mult = fast_calibration(&bases);
+	}
+	atomic_store(&fault_suspend_ticks, 0);
+	atomic_store(&fault_suspend_ns, 0);
+	ck_assert_msg(mult, "no rate within 200 ms");
+	ck_assert_msg(mult > truth - truth / 100 && mult < truth + truth / 100,
+		      "rate %" PRIu64 " against the counter's %" PRIu64, mult, truth);
+	ck_assert_uint_eq(bases, 2);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 }
 END_TEST
@@ -362,6 +408,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, t_setup, NULL);
 	tcase_add_test(tc, test_clock_estimate);
 	tcase_add_test(tc, test_clock_fast_never_early);
+	tcase_add_test(tc, test_clock_rate_measured_across_a_suspend);
 	tcase_add_test(tc, test_clock_which_timers);
 	tcase_add_loop_test(tc, test_clock_slack_never_early, 0, 2);
 	suite_add_tcase(s, tc);
