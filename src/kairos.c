@@ -648,7 +648,21 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 		}
 		/* Read by resets (reset()), published with the state below. */
 		e->jitter_ns = a->jitter_ns;
-		atomic_store_explicit(&e->key, kn, memory_order_relaxed);
+		if (kn) {
+			/*
+			 * The node names its timer before the record holds it:
+			 * a releaser that knows only an old life's id tells the
+			 * nodes apart by it (key_release_of()); release pairs
+			 * with its acquire of e->key.  The record is this
+			 * thread's alone: its generation is the life to come.
+			 */
+			key_node_set_id(kn, id_make(st_gen(atomic_load_explicit(&r->state,
+										  memory_order_relaxed)),
+						    s->index, index, slack_fast(k, slack)));
+			atomic_store_explicit(&e->key, kn, memory_order_release);
+		} else {
+			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
+		}
 	}
 	/* Its queue stays until it ends (queue.c). */
 	if (q)
@@ -676,7 +690,6 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 		 * a cancel meanwhile leaves the post below to this thread).  A
 		 * holder it replaces is cancelled as the key passes (key.c).
 		 */
-		key_node_set_id(kn, id);
 		rc = key_take(k, kn, a->replace);
 		if (rc) {
 			/* Held: no one can have seen this record; it was never armed. */
@@ -1082,15 +1095,16 @@ again:
 		 * the thread that ended its run may not have released its key
 		 * yet: released here (whichever of the two comes second finds
 		 * it gone), so that the key is free as this returns, as after
-		 * a cancel that returns 0.  The section keeps the record from
-		 * reuse since the lookup saw its life.
+		 * a cancel that returns 0.  The record may have been retired
+		 * and even reused since (its state keeps the old life until
+		 * then): only a key that @id's own life holds is released.
 		 */
 		if (rc == -ENOENT && (seen & ST_PERIODIC)) {
 			struct shard *s;
 			struct rec *r = lookup(k, id, &s, &seen);
 
 			if (r && st_of(seen) == ST_CANCELLED)
-				key_release(k, r);
+				key_release_of(k, r, id);
 		}
 	}
 	service_leave();

@@ -397,7 +397,7 @@ int key_take(struct kairos *k, struct key_node *kn, bool replace)
 {
 	int rc = key_take_in(k, kn, replace);
 
-	rcu_tsan_section_end(k);
+	tsan_key_reads_done(k);
 	return rc;
 }
 
@@ -405,11 +405,12 @@ int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
 {
 	int rc = key_lookup_in(k, key, len, id);
 
-	rcu_tsan_section_end(k);
+	tsan_key_reads_done(k);
 	return rc;
 }
 
-void key_release_slow(struct kairos *k, struct rec *r)
+/* Releases the key of @r's timer; @id 0: whatever life holds it, else @id's only. */
+static void key_release_id(struct kairos *k, struct rec *r, kairos_id id)
 {
 	struct shard *s = rec_shard(k, r);
 	struct rec_ext *e = table_ext_peek(s, table_index(s, r));
@@ -430,6 +431,13 @@ void key_release_slow(struct kairos *k, struct rec *r)
 			kn = atomic_load_explicit(&e->key, memory_order_acquire);
 			continue;
 		}
+		/*
+		 * Another life's node: its release is not this caller's.  (A
+		 * node still in e->key is in the table or on its way out, not
+		 * freed: the caller's section holds it.)
+		 */
+		if (id && kn->id != id)
+			return;
 		if (atomic_compare_exchange_weak_explicit(&e->key, &kn, KEY_RELEASING,
 							  memory_order_acq_rel,
 							  memory_order_acquire))
@@ -442,6 +450,17 @@ void key_release_slow(struct kairos *k, struct rec *r)
 	garbage_push(k, kn);
 	/* Release: whoever waits sees the node gone from the table. */
 	atomic_store_explicit(&e->key, NULL, memory_order_release);
+}
+
+void key_release_slow(struct kairos *k, struct rec *r)
+{
+	key_release_id(k, r, 0);
+}
+
+void key_release_of(struct kairos *k, struct rec *r, kairos_id id)
+{
+	if (rec_has_ext(r))
+		key_release_id(k, r, id);
 }
 
 struct key_node *key_garbage_take(struct kairos *k)
@@ -489,6 +508,7 @@ void key_teardown(struct kairos *k)
 	}
 	/* No reader that saw these survives this. */
 	synchronize_rcu();
+	tsan_key_grace_done(k);
 	key_garbage_free(left);
 	if (ht && cds_lfht_destroy(ht, NULL))
 		kairos_die("key table not empty at destroy");

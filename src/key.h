@@ -37,6 +37,12 @@ int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id);
  * Any thread, any context; at most one caller per key finds it.
  */
 void key_release_slow(struct kairos *k, struct rec *r);
+/*
+ * The same for a caller that knows only that timer @id, whose record is
+ * @r, ended: a key that @r holds for a later life (the record retired and
+ * reused since) is left alone.  Inside the read-side section.
+ */
+void key_release_of(struct kairos *k, struct rec *r, kairos_id id);
 
 static inline void key_release(struct kairos *k, struct rec *r)
 {
