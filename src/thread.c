@@ -306,8 +306,13 @@ bool ts_collect_kept(struct kairos *k)
 		uint32_t f = atomic_load_explicit(&t->kept_flushes, memory_order_relaxed);
 
 		if (o && t->kept_seen_open && f == t->kept_seen_flushes) {
-			atomic_store_explicit(&t->kept_steal, 1, memory_order_relaxed);
+			/*
+			 * Counted first, and the flag stored with release: a
+			 * cancel that sees the flag (acquire) and posts is
+			 * ordered after the count (tests read it).
+			 */
 			atomic_fetch_add_explicit(&k->kept_steals, 1, memory_order_relaxed);
+			atomic_store_explicit(&t->kept_steal, 1, memory_order_release);
 			take = true;
 		}
 		open |= o;
