@@ -651,6 +651,7 @@ struct shard {
 	_Atomic uint64_t cancels_taken;	/* cancels it has taken from its inbox (tests read it) */
 	uint64_t cancels_swept;		/* cancels_taken + far_kept at its last sweep of all entries */
 	uint64_t kept_looked;		/* far_kept at its last look (ents_tidy()) */
+	uint64_t tidy_need;		/* the cancels a sweep needed at that look */
 	struct quiet sweep_quiet;	/* a sweep waiting for far_kept to pause, in ticks */
 	uint64_t sweep_look;		/* the tick to look again at it; 0: none waits */
 	uint64_t timer_tick;		/* what the timerfd is armed to; UINT64_MAX: disarmed */
@@ -808,6 +809,7 @@ struct kairos {
 	pthread_mutex_t key_lock;
 	uint64_t key_seed;
 	_Atomic(struct key_node *) key_garbage;
+	char key_reads;			/* TSan only: where node reads say they are done (rcu.h) */
 	_Atomic unsigned long key_buckets;
 	struct {
 		_Atomic long n;

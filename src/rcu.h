@@ -25,9 +25,12 @@
  *    read-side section and then sleeps outside it is ordered before
  *    kairos_destroy()'s frees only by synchronize_rcu().  Such a section
  *    ends with rcu_tsan_section_end(k), and destroy, past its grace
- *    period, says rcu_tsan_grace_done(k).  So do the key table's lookups
- *    and inserts, which read nodes that the reclaimer frees past its own
- *    grace period (key.c, table.c).
+ *    period, says rcu_tsan_grace_done(k).  The key table's lookups and
+ *    inserts read nodes that the reclaimer frees past its own grace
+ *    period: they end with tsan_key_reads_done(k), and the frees come
+ *    after tsan_key_grace_done(k) (key.c, table.c), on an address of
+ *    their own, so that nothing else of theirs looks ordered before the
+ *    reclaimer.
  *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
  *    cds_lfht_replace() (full barriers) publish a node's contents to the
  *    lookups that find it; tsan_published(node) and tsan_found(node) say
@@ -42,11 +45,15 @@ void __tsan_release(void *addr);
 #define rcu_tsan_grace_done(k)	__tsan_acquire(&(k)->dead)
 #define tsan_published(p)	__tsan_release(p)
 #define tsan_found(p)		__tsan_acquire(p)
+#define tsan_key_reads_done(k)	__tsan_release(&(k)->key_reads)
+#define tsan_key_grace_done(k)	__tsan_acquire(&(k)->key_reads)
 #else
 #define rcu_tsan_section_end(k)	((void)(k))
 #define rcu_tsan_grace_done(k)	((void)(k))
 #define tsan_published(p)	((void)(p))
 #define tsan_found(p)		((void)(p))
+#define tsan_key_reads_done(k)	((void)(k))
+#define tsan_key_grace_done(k)	((void)(k))
 #endif
 
 /*

@@ -663,11 +663,13 @@ static bool reclaim_pass(struct kairos *k)
 			      memory_order_relaxed);
 	/* No reader that could still see these records survives this. */
 	synchronize_rcu();
-	rcu_tsan_grace_done(k);
 	for (unsigned i = 0; i < k->nshards; i++)
 		if (taken[i])
 			reclaim_shard(k->shards[i], taken[i]);
-	key_garbage_free(garbage);
+	if (garbage) {
+		tsan_key_grace_done(k);
+		key_garbage_free(garbage);
+	}
 	/* Arms held back for a reclaimer that was behind look again (kairos.c). */
 	if (atomic_load_explicit(&k->ev_waiters, memory_order_seq_cst))
 		service_event(k);
