@@ -245,14 +245,19 @@ static uint64_t fast_pair(uint64_t *tsc, uint64_t *ns)
 /*
  * How far CLOCK_BOOTTIME is ahead of CLOCK_MONOTONIC: it grows by the
  * time the machine spent suspended, during which CLOCK_MONOTONIC stands
- * and the counter may run on (or stop, or start again from 0).
+ * and the counter may run on (or stop, or start again from 0).  @over: at
+ * least the gap at the second read (CLOCK_BOOTTIME read last), else at
+ * most the gap at the first (CLOCK_BOOTTIME read first).
  */
-static uint64_t fast_boot_gap(void)
+static uint64_t fast_boot_gap(bool over)
 {
+	uint64_t boot = over ? 0 : clock_now_ns(CLOCK_BOOTTIME);
 	uint64_t mono = clock_now_ns(CLOCK_MONOTONIC);
 
-	return clock_now_ns(CLOCK_BOOTTIME) - mono +
-	       (uint64_t)atomic_load_explicit(&fault_suspend_ns, memory_order_relaxed);
+	if (over)
+		boot = clock_now_ns(CLOCK_BOOTTIME);
+	return boot - mono + (uint64_t)atomic_load_explicit(&fault_suspend_ns,
+							    memory_order_relaxed);
 }
 
 /*
@@ -370,6 +375,8 @@ bool fast_clock_usable(const char **why)
 			/* A clean pair: not interrupted between its clock reads. */
 			struct fast_base *b = &fast.base[0];
 
+			/* Read before the pair: a suspend in between is seen later. */
+			b->boot = fast_boot_gap(false);
 			for (int i = 0; i < 100 && width > FAST_PAIR_NS; i++)
 				width = fast_pair(&b->tsc, &b->ns);
 			if (width > FAST_PAIR_NS) {
@@ -378,7 +385,6 @@ bool fast_clock_usable(const char **why)
 				fast.why = "no clean reading of the counter beside the clock at create";
 			} else {
 				b->ns -= width / 2;
-				b->boot = fast_boot_gap();
 				atomic_store_explicit(&fast.base_used, 1, memory_order_relaxed);
 				atomic_store_explicit(&fast.base_at, 0, memory_order_release);
 			}
@@ -414,31 +420,36 @@ void clock_fork_unlock(void)
  * So a pair that finds CLOCK_BOOTTIME further ahead of CLOCK_MONOTONIC
  * than at the base (by FAST_SUSPEND_NS: a rate off by a tenth at most,
  * well inside the margin) becomes the base instead, and the measure starts
- * again.  After FAST_BASES of them the rate stays unknown, and every read
- * an ordered one.
+ * again.  Each base's gap is read before its pair and errs low, the gap it
+ * is compared with after the pair and errs high: a suspend between the two
+ * pairs is always seen, and one next to a read (or a read interrupted for
+ * a millisecond) costs at most a needless new base.  After FAST_BASES of
+ * them the rate stays unknown, and every read an ordered one.
  */
 static void fast_rebase(uint64_t tsc, uint64_t ns, uint64_t boot)
 {
-	unsigned n = atomic_fetch_add_explicit(&fast.base_used, 1, memory_order_relaxed);
+	unsigned n = atomic_load_explicit(&fast.base_used, memory_order_relaxed);
 
-	if (n >= FAST_BASES)
-		return;
+	do {
+		if (n >= FAST_BASES)
+			return;
+	} while (!atomic_compare_exchange_weak_explicit(&fast.base_used, &n, n + 1,
+							memory_order_relaxed, memory_order_relaxed));
 	fast.base[n] = (struct fast_base){ .tsc = tsc, .ns = ns, .boot = boot };
 	/* Release: the slot's words before the index that names it. */
 	atomic_store_explicit(&fast.base_at, n, memory_order_release);
 }
 
-static uint64_t fast_rate(uint64_t tsc, uint64_t ns)
+static uint64_t fast_rate(uint64_t tsc, uint64_t ns, uint64_t gap_before)
 {
 	const struct fast_base *b = &fast.base[atomic_load_explicit(&fast.base_at,
 								   memory_order_acquire)];
-	uint64_t dn = ns - b->ns, dt = tsc - b->tsc, mult, boot;
+	uint64_t dn = ns - b->ns, dt = tsc - b->tsc, mult;
 
 	if (ns < b->ns + FAST_CAL_NS)
 		return 0;
-	boot = fast_boot_gap();
-	if (tsc <= b->tsc || boot > b->boot + FAST_SUSPEND_NS) {
-		fast_rebase(tsc, ns, boot);
+	if (tsc <= b->tsc || fast_boot_gap(true) > b->boot + FAST_SUSPEND_NS) {
+		fast_rebase(tsc, ns, gap_before);
 		return 0;
 	}
 	mult = (uint64_t)(((unsigned __int128)dn << 32) / dt);
@@ -466,7 +477,7 @@ void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t 
 uint64_t fast_reanchor(uint64_t tsc)
 {
 #if defined(__x86_64__)
-	uint64_t ns, width, mult;
+	uint64_t ns, width, mult, gap;
 
 	/* Set before the first service that uses it was created (see struct fast). */
 	if (fast.known != 1)
@@ -492,10 +503,11 @@ uint64_t fast_reanchor(uint64_t tsc)
 		return ns;
 	}
 	/* No rate yet: a pair bracketed by two clock reads, clean ones measure it. */
+	gap = fast_boot_gap(false);
 	width = fast_pair(&tsc, &ns);
 	if (width <= FAST_PAIR_NS) {
 		/* Racing threads store rates measured the same way: any will do. */
-		mult = fast_rate(tsc, ns - width / 2);
+		mult = fast_rate(tsc, ns - width / 2, gap);
 		if (mult)
 			atomic_store_explicit(&fast.mult, mult, memory_order_relaxed);
 	}
