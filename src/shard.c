@@ -270,14 +270,20 @@ static bool sweep_due_at(struct shard *s, uint64_t kept, uint64_t due)
  * stored for the flushes (sweep_due_at()); when far_kept reached it
  * meanwhile, *@kept is read again, *@moved set, and a sweep is due.
  */
-static bool ents_due(struct shard *s, uint64_t *kept, bool *moved)
+static uint64_t ents_need(const struct shard *s)
 {
 	uint64_t need = wheel_entries(&s->wheel) / 2;
+
+	return need < WHEEL_SWEEP_MIN ? WHEEL_SWEEP_MIN : need;
+}
+
+static bool ents_due(struct shard *s, uint64_t *kept, bool *moved)
+{
+	uint64_t need = ents_need(s);
 	uint64_t taken = atomic_load_explicit(&s->cancels_taken, memory_order_relaxed);
 	uint64_t since = taken + *kept - s->cancels_swept;
 
-	if (need < WHEEL_SWEEP_MIN)
-		need = WHEEL_SWEEP_MIN;
+	s->tidy_need = need;
 	if (since >= need)
 		return true;
 	if (!sweep_due_at(s, *kept, *kept + need - since))
@@ -295,8 +301,9 @@ static void ents_tidy(struct shard *s)
 	s->sweep_look = 0;
 	/*
 	 * Twice at most: after a sweep, the next bound is stored; a burst that
-	 * reached it during the sweep begins a wait (a manual-clock shard
-	 * leaves it to its next pass).
+	 * reached it during the sweep begins a wait, or, on a manual-clock
+	 * shard (no timer to look again by), asks the reclaimer for a wake
+	 * once the burst pauses, as a flush would have.
 	 */
 	while (ents_due(s, &kept, &moved)) {
 		if ((moved || s->sweep_quiet.waiting) && !service_manual(s->k)) {
@@ -307,6 +314,8 @@ static void ents_tidy(struct shard *s)
 					s->flush_ticks, &s->sweep_look))
 				break;
 		} else if (swept) {
+			atomic_store_explicit(&s->sweep_ask, 1, memory_order_release);
+			table_kick(s->k);
 			break;
 		}
 		s->sweep_quiet.waiting = false;
@@ -754,6 +763,12 @@ static uint64_t pass(struct shard *s, bool *posted)
 	s->now_ns = service_now(s->k);
 	wheel_advance(&s->wheel, clock_tick_floor(s->now_ns, s->k->cfg.tick_ns));
 	expire(s);
+	/*
+	 * Slots visited drop their entries: a sweep may be due sooner than
+	 * the bound the flushes were given (ents_due()).
+	 */
+	if (ents_need(s) < s->tidy_need)
+		ents_tidy(s);
 	check_wheel(s);
 	/* After sleep_tick was cleared and the pass's runs counted (clock.c). */
 	if (service_manual(s->k))
