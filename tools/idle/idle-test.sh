@@ -24,8 +24,8 @@
 # IDLE_TEST_SERVER_LATE_MS=N runs the server with a T N ms longer than the
 # client's, and then the test passes only if the client's verdict is FAIL
 # with late closes and no early or busy ones: the client's lateness check
-# can fail.  An INCONCLUSIVE verdict is run again there too.  The server is killed on every exit path, so a failure leaves
-# nothing behind.
+# can fail.  An INCONCLUSIVE verdict is run again there too.  The server
+# is killed on every exit path, so a failure leaves nothing behind.
 set -u
 
 server=${1:?usage: idle-test.sh SERVER LOAD [options]}
