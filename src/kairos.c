@@ -1020,6 +1020,27 @@ static bool still_running(struct kairos *k, kairos_id id, uint64_t *seen)
 	return r && timer_wait_mark(r, id_gen(id), seen);
 }
 
+/*
+ * cancel_sync from one of @k's own threads (a callback on a worker, a
+ * shard or a queue's drainer) when @k's destroy has begun: destroy joins
+ * (or waits for) that thread, so it cannot wait for destroy to return.
+ * It waits for @id's run alone, outside any section: a destroy frees
+ * records only once every such thread is done.  Each run's end bumps the
+ * event count (ST_WAITERS, set by still_running()).
+ */
+static void wait_run_in_destroy(struct kairos *k, kairos_id id)
+{
+	uint64_t seen;
+
+	for (;;) {
+		uint32_t seq = atomic_load_explicit(&k->ev_seq, memory_order_seq_cst);
+
+		if (!still_running(k, id, &seen))
+			return;
+		futex_wait32(&k->ev_seq, seq);
+	}
+}
+
 /* Sleeps until kairos_destroy() of @k has returned (its callbacks too). */
 static void wait_destroyed(struct kairos *k)
 {
@@ -1047,7 +1068,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	if (rc)
 		return rc;
 	rc = cancel(k, ts_mine(k), id, &seen);
-	if (rc != -EBUSY || tls_timer == id) {
+	if (rc != -EBUSY || (tls_timer == id && tls_service == k)) {
 		/* From its own callback waiting would never end; later runs are stopped. */
 		service_leave();
 		return rc == -EBUSY ? -EDEADLK : rc;
@@ -1063,7 +1084,10 @@ again:
 		futex_wait32(&k->ev_seq, seq);
 		if (service_enter(k)) {
 			/* Destroy has begun: it returns once no callback runs. */
-			wait_destroyed(k);
+			if (tls_service == k)
+				wait_run_in_destroy(k, id);
+			else
+				wait_destroyed(k);
 			return -EBUSY;
 		}
 	}

@@ -93,6 +93,67 @@ START_TEST(test_lifecycle_destroy_waits_running)
 }
 END_TEST
 
+/* A callback that waits, with kairos_cancel_sync(), for another that runs. */
+struct waiter {
+	struct kairos *k;
+	_Atomic kairos_id other;
+	atomic_int other_started, other_done, started, rc, done;
+};
+
+static void w_other(void *arg, kairos_id id, int status)
+{
+	struct waiter *w = arg;
+
+	(void)id;
+	(void)status;
+	atomic_store(&w->other_started, 1);
+	t_sleep_ms(300);
+	atomic_store(&w->other_done, 1);
+}
+
+static void w_waits(void *arg, kairos_id id, int status)
+{
+	struct waiter *w = arg;
+	int rc;
+
+	(void)id;
+	(void)status;
+	while (!atomic_load(&w->other_started))
+		t_sleep_ms(1);
+	atomic_store(&w->started, 1);
+	rc = kairos_cancel_sync(w->k, atomic_load(&w->other));
+	/* Returned: the other callback is over. */
+	atomic_store(&w->rc, rc == -EBUSY && atomic_load(&w->other_done) ? 1 : -1);
+	atomic_store(&w->done, 1);
+}
+
+/*
+ * kairos_destroy() while a callback waits in kairos_cancel_sync() for
+ * another that runs: destroy joins the waiting thread, so the waiter cannot
+ * wait for destroy to return; it waits for the other run alone, and both
+ * return (destroy used to wait for a join that waited for destroy).
+ */
+START_TEST(test_lifecycle_destroy_while_a_callback_waits)
+{
+	struct kairos_config c = t_cfg(1, 2);
+	struct kairos *k = t_create(&c);
+	static struct waiter w;
+	kairos_id a, b;
+
+	memset(&w, 0, sizeof(w));
+	w.k = k;
+	ck_assert_int_eq(kairos_arm(k, T_MS, w_other, &w, &b), 0);
+	atomic_store(&w.other, b);
+	ck_assert_int_eq(kairos_arm(k, 2 * T_MS, w_waits, &w, &a), 0);
+	ck_assert_int_eq(t_wait_int(&w.started, 1, T_WAIT_MS), 1);
+	t_sleep_ms(20);		/* in its wait */
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	ck_assert_int_eq(t_int(&w.done), 1);
+	ck_assert_int_eq(t_int(&w.rc), 1);
+	ck_assert_int_eq(t_int(&w.other_done), 1);
+}
+END_TEST
+
 START_TEST(test_lifecycle_destroy_waits_running_periodic)
 {
 	struct kairos *k = t_create(NULL);
@@ -1411,6 +1472,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_destroy_notify_pending);
 	tcase_add_test(tc, test_lifecycle_destroy_waits_running);
 	tcase_add_test(tc, test_lifecycle_destroy_waits_running_periodic);
+	tcase_add_test(tc, test_lifecycle_destroy_while_a_callback_waits);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_notify);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_drop);
 	tcase_add_test(tc, test_lifecycle_threads_baseline);
