@@ -68,16 +68,24 @@ static int uring_init(struct shard *s)
 	return 0;
 }
 
+/* After io_uring_enter() took @rc SQEs (posts are the last queued). */
+static void taken(struct uring_state *u, int rc)
+{
+	if (rc > 0)
+		u->unsent = (size_t)rc >= u->unsent ? 0 : u->unsent - (size_t)rc;
+}
+
 static int queue_read(struct uring_state *u, int fd, uint64_t *buf, uint64_t tag)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
 
 	if (!sqe) {
-		/* A ring of one entry: hand the first read to the kernel, retry. */
+		/* A full ring (of one entry, or of posts): hand them over, retry. */
 		int rc = io_uring_submit(&u->ring);
 
 		if (rc < 0)
 			return rc;
+		taken(u, rc);
 		sqe = io_uring_get_sqe(&u->ring);
 		if (!sqe)
 			return -EBUSY;
@@ -113,13 +121,6 @@ static void reap(struct shard *s, struct uring_state *u)
 			u->err = cqe->res;
 	}
 	io_uring_cq_advance(&u->ring, seen);
-}
-
-/* After io_uring_enter() took @rc SQEs (posts are the last queued). */
-static void taken(struct uring_state *u, int rc)
-{
-	if (rc > 0)
-		u->unsent = (size_t)rc >= u->unsent ? 0 : u->unsent - (size_t)rc;
 }
 
 static int uring_wait(struct shard *s)
@@ -245,8 +246,13 @@ static void uring_settle(struct shard *s)
 
 	if (!u)
 		return;
-	if (s->nposting && io_uring_submit(&u->ring) >= 0)
-		u->unsent = 0;
+	if (s->nposting) {
+		int rc = io_uring_submit(&u->ring);
+
+		/* A short submit leaves some unsent: they are abandoned below. */
+		if (rc >= 0)
+			taken(u, rc);
+	}
 	reap(s, u);
 	for (int i = 0; i < 100 && s->nposting > u->unsent; i++) {
 		struct __kernel_timespec ts = { .tv_nsec = 10 * 1000 * 1000 };
