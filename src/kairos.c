@@ -31,8 +31,9 @@
 /*
  * Every service, live or destroyed, is on one of two lists under svc_lock:
  * destroyed headers stay so that later calls can say -ESHUTDOWN (the lists
- * keep them reachable, so leak checkers see a deliberate, bounded keep), and
- * a child of fork() marks every live service of its parent dead.
+ * keep them reachable, so leak checkers see a deliberate keep: one header
+ * for each service the process ever created, as kairos_destroy(3) says),
+ * and a child of fork() marks every live service of its parent dead.
  */
 static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kairos *live_list, *dead_list;
