@@ -251,11 +251,15 @@ static uint64_t fast_pair(uint64_t *tsc, uint64_t *ns)
  */
 static uint64_t fast_boot_gap(bool over)
 {
-	uint64_t boot = over ? 0 : clock_now_ns(CLOCK_BOOTTIME);
-	uint64_t mono = clock_now_ns(CLOCK_MONOTONIC);
+	uint64_t boot, mono;
 
-	if (over)
+	if (over) {
+		mono = clock_now_ns(CLOCK_MONOTONIC);
 		boot = clock_now_ns(CLOCK_BOOTTIME);
+	} else {
+		boot = clock_now_ns(CLOCK_BOOTTIME);
+		mono = clock_now_ns(CLOCK_MONOTONIC);
+	}
 	return boot - mono + (uint64_t)atomic_load_explicit(&fault_suspend_ns,
 							    memory_order_relaxed);
 }
@@ -371,12 +375,11 @@ bool fast_clock_usable(const char **why)
 #if defined(__x86_64__)
 		if (known == 1) {
 			uint64_t width = UINT64_MAX;
-
-			/* A clean pair: not interrupted between its clock reads. */
 			struct fast_base *b = &fast.base[0];
 
 			/* Read before the pair: a suspend in between is seen later. */
 			b->boot = fast_boot_gap(false);
+			/* A clean pair: not interrupted between its clock reads. */
 			for (int i = 0; i < 100 && width > FAST_PAIR_NS; i++)
 				width = fast_pair(&b->tsc, &b->ns);
 			if (width > FAST_PAIR_NS) {

@@ -649,21 +649,18 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 		}
 		/* Read by resets (reset()), published with the state below. */
 		e->jitter_ns = a->jitter_ns;
-		if (kn) {
-			/*
-			 * The node names its timer before the record holds it:
-			 * a releaser that knows only an old life's id tells the
-			 * nodes apart by it (key_release_of()); release pairs
-			 * with its acquire of e->key.  The record is this
-			 * thread's alone: its generation is the life to come.
-			 */
+		/*
+		 * A node names its timer before the record holds it: a
+		 * releaser that knows only an old life's id tells the nodes
+		 * apart by it (key_release_of()); release pairs with its
+		 * acquire of e->key.  The record is this thread's alone: its
+		 * generation is the life to come.
+		 */
+		if (kn)
 			key_node_set_id(kn, id_make(st_gen(atomic_load_explicit(&r->state,
 										  memory_order_relaxed)),
 						    s->index, index, slack_fast(k, slack)));
-			atomic_store_explicit(&e->key, kn, memory_order_release);
-		} else {
-			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
-		}
+		atomic_store_explicit(&e->key, kn, memory_order_release);
 	}
 	/* Its queue stays until it ends (queue.c). */
 	if (q)

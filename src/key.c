@@ -409,8 +409,7 @@ int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
 	return rc;
 }
 
-/* Releases the key of @r's timer; @id 0: whatever life holds it, else @id's only. */
-static void key_release_id(struct kairos *k, struct rec *r, kairos_id id)
+void key_release_slow(struct kairos *k, struct rec *r, kairos_id id)
 {
 	struct shard *s = rec_shard(k, r);
 	struct rec_ext *e = table_ext_peek(s, table_index(s, r));
@@ -450,17 +449,6 @@ static void key_release_id(struct kairos *k, struct rec *r, kairos_id id)
 	garbage_push(k, kn);
 	/* Release: whoever waits sees the node gone from the table. */
 	atomic_store_explicit(&e->key, NULL, memory_order_release);
-}
-
-void key_release_slow(struct kairos *k, struct rec *r)
-{
-	key_release_id(k, r, 0);
-}
-
-void key_release_of(struct kairos *k, struct rec *r, kairos_id id)
-{
-	if (rec_has_ext(r))
-		key_release_id(k, r, id);
 }
 
 struct key_node *key_garbage_take(struct kairos *k)

@@ -34,20 +34,26 @@ void cancel_for_key(struct kairos *k, kairos_id id);
 int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id);
 /*
  * The timer of @r has ended: it gives its key up, if it still holds one.
- * Any thread, any context; at most one caller per key finds it.
+ * Any thread, any context; at most one caller per key finds it.  @id 0:
+ * whichever life of @r holds one; else only timer @id's (key_release_of()).
  */
-void key_release_slow(struct kairos *k, struct rec *r);
+void key_release_slow(struct kairos *k, struct rec *r, kairos_id id);
+
+static inline void key_release(struct kairos *k, struct rec *r)
+{
+	if (__builtin_expect(rec_has_ext(r), 0))
+		key_release_slow(k, r, 0);
+}
+
 /*
  * The same for a caller that knows only that timer @id, whose record is
  * @r, ended: a key that @r holds for a later life (the record retired and
  * reused since) is left alone.  Inside the read-side section.
  */
-void key_release_of(struct kairos *k, struct rec *r, kairos_id id);
-
-static inline void key_release(struct kairos *k, struct rec *r)
+static inline void key_release_of(struct kairos *k, struct rec *r, kairos_id id)
 {
-	if (__builtin_expect(rec_has_ext(r), 0))
-		key_release_slow(k, r);
+	if (rec_has_ext(r))
+		key_release_slow(k, r, id);
 }
 
 /*

@@ -280,25 +280,14 @@ static void posting_del(struct shard *s, struct rec *r)
 }
 
 /*
- * A periodic timer whose delivery did not happen and that a cancel stopped
- * meanwhile (timer_unrun() made it CANCELLED; @old is the word it
- * replaced): it ends, counted as cancelled.  The caller holds @q besides
- * the record's reference, which goes here.
- */
-static void post_stopped(struct shard *s, struct kairos_queue *q, struct rec *r, uint64_t old)
-{
-	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
-	queue_unref(q);
-	shard_end(s, r, old, NULL);
-}
-
-/*
- * A delivery that did not happen: @r (RUNNING, on no list) goes back to
- * FIRING on @q's list, or ends if a cancel stopped it meanwhile.  The
+ * A delivery that did not happen: @r (RUNNING, on no list) is FIRING again,
+ * and true says so: the caller puts it on @q's list.  A periodic timer
+ * that a cancel stopped meanwhile (timer_unrun() made it CANCELLED) ends
+ * here instead, counted as cancelled, and its reference to @q goes.  The
  * caller holds @q besides the record's reference: once FIRING, a cancel
  * may take the record's away.
  */
-static void post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
+static bool post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
 {
 	uint64_t old;
 	bool firing = timer_unrun(r, &old);
@@ -306,9 +295,11 @@ static void post_undo(struct shard *s, struct kairos_queue *q, struct rec *r)
 	if (old & ST_WAITERS)
 		service_event(s->k);	/* cancel_sync looks again: it may cancel now */
 	if (firing)
-		list_put(q, r, r, false);
-	else
-		post_stopped(s, q, r, old);
+		return true;
+	atomic_fetch_add_explicit(&s->stats.cancelled, 1, memory_order_release);
+	queue_unref(q);
+	shard_end(s, r, old, NULL);
+	return false;
 }
 
 /*
@@ -331,7 +322,6 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 	for (r = first; r; r = next) {
 		struct rec_ext *p;
 		uint64_t old;
-		bool firing;
 
 		next = rec_chain_next(r);
 		switch (timer_claim(r, &old, false)) {
@@ -362,13 +352,8 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 		 * No room in the ring: this one waits on the list, or ends if a
 		 * cancel stopped it meanwhile (the shard holds @q: queue_hold()).
 		 */
-		firing = timer_unrun(r, &old);
-		if (old & ST_WAITERS)
-			service_event(k);
-		if (firing)
+		if (post_undo(s, q, r))
 			rec_chain_append(&back, &back_last, r, r);
-		else
-			post_stopped(s, q, r, old);
 	}
 	/*
 	 * A failed (or short) submit leaves posts queued, for the next wait
@@ -417,7 +402,8 @@ void queue_posted(struct shard *s, struct rec *r, int res)
 		 * under a list or a section of the undo.
 		 */
 		queue_ref(q);
-		post_undo(s, q, r);
+		if (post_undo(s, q, r))
+			list_put(q, r, r, false);
 		queue_unref(q);
 		return;
 	}

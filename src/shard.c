@@ -235,6 +235,35 @@ static bool sweep_due_at(struct shard *s, uint64_t kept, uint64_t due)
 	return atomic_load_explicit(&s->far_kept, memory_order_seq_cst) >= due;
 }
 
+/* The cancels since the last sweep that make the next one due. */
+static uint64_t ents_need(const struct shard *s)
+{
+	uint64_t need = wheel_entries(&s->wheel) / 2;
+
+	return need < WHEEL_SWEEP_MIN ? WHEEL_SWEEP_MIN : need;
+}
+
+/*
+ * Whether a sweep is due with far_kept at *@kept.  If not, the bound is
+ * stored for the flushes (sweep_due_at()); when far_kept reached it
+ * meanwhile, *@kept is read again, *@moved set, and a sweep is due.
+ */
+static bool ents_due(struct shard *s, uint64_t *kept, bool *moved)
+{
+	uint64_t need = ents_need(s);
+	uint64_t taken = atomic_load_explicit(&s->cancels_taken, memory_order_relaxed);
+	uint64_t since = taken + *kept - s->cancels_swept;
+
+	s->tidy_need = need;
+	if (since >= need)
+		return true;
+	if (!sweep_due_at(s, *kept, *kept + need - since))
+		return false;
+	*kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed);
+	*moved = true;
+	return true;
+}
+
 /*
  * After the cancels of a drain, and on a pass with none: once the shard has
  * taken, since its last such sweep, at least half as many cancels as its
@@ -265,34 +294,6 @@ static bool sweep_due_at(struct shard *s, uint64_t kept, uint64_t due)
  * taken ones.  A manual-clock shard has no timer to look again by, and
  * sweeps at once.
  */
-/*
- * Whether a sweep is due with far_kept at *@kept.  If not, the bound is
- * stored for the flushes (sweep_due_at()); when far_kept reached it
- * meanwhile, *@kept is read again, *@moved set, and a sweep is due.
- */
-static uint64_t ents_need(const struct shard *s)
-{
-	uint64_t need = wheel_entries(&s->wheel) / 2;
-
-	return need < WHEEL_SWEEP_MIN ? WHEEL_SWEEP_MIN : need;
-}
-
-static bool ents_due(struct shard *s, uint64_t *kept, bool *moved)
-{
-	uint64_t need = ents_need(s);
-	uint64_t taken = atomic_load_explicit(&s->cancels_taken, memory_order_relaxed);
-	uint64_t since = taken + *kept - s->cancels_swept;
-
-	s->tidy_need = need;
-	if (since >= need)
-		return true;
-	if (!sweep_due_at(s, *kept, *kept + need - since))
-		return false;
-	*kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed);
-	*moved = true;
-	return true;
-}
-
 static void ents_tidy(struct shard *s)
 {
 	uint64_t kept = atomic_load_explicit(&s->far_kept, memory_order_relaxed), dropped;
@@ -912,22 +913,21 @@ int shard_new(struct kairos *k, unsigned index, struct shard **out)
 	s->efd = rc ? -1 : eventfd(0, EFD_CLOEXEC);
 	if (s->efd < 0) {
 		rc = rc ? rc : -errno;
-		if (s->tfd >= 0)
-			close(s->tfd);
-		goto fail;
+		goto fail_tfd;
 	}
 	/* The first block of far arms filed by value (arrival.c): none posts for want of one. */
 	rc = arrival_first(s);
-	if (rc) {
-		close(s->efd);
-		if (s->tfd >= 0)
-			close(s->tfd);
-		goto fail;
-	}
+	if (rc)
+		goto fail_efd;
 	wheel_init(&s->wheel, clock_tick_floor(service_now(k), k->cfg.tick_ns));
 	arrival_ops_init(s);
 	*out = s;
 	return 0;
+fail_efd:
+	close(s->efd);
+fail_tfd:
+	if (s->tfd >= 0)
+		close(s->tfd);
 fail:
 	free(s->lanes);
 	pthread_mutex_destroy(&s->dq.lock);

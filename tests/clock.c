@@ -177,7 +177,7 @@ START_TEST(test_clock_fast_never_early)
 END_TEST
 
 /* The counter and the clock read together: the narrowest of a few tries. */
-static void t_tsc_pair(uint64_t *tsc, uint64_t *ns)
+static void tsc_pair_now(uint64_t *tsc, uint64_t *ns)
 {
 	uint64_t best = UINT64_MAX;
 
@@ -212,9 +212,9 @@ START_TEST(test_clock_rate_measured_across_a_suspend)
 		return;
 	}
 	/* The counter's rate, measured here; nothing reads the counter clock meanwhile. */
-	t_tsc_pair(&t0, &n0);
+	tsc_pair_now(&t0, &n0);
 	t_sleep_ms(50);
-	t_tsc_pair(&t1, &n1);
+	tsc_pair_now(&t1, &n1);
 	truth = (uint64_t)(((unsigned __int128)(n1 - n0) << 32) / (t1 - t0));
 	/* Then the suspend: 50 ms of counter ticks, and CLOCK_BOOTTIME 50 ms ahead. */
 	atomic_store(&fault_suspend_ticks, (long)(((unsigned __int128)(50 * T_MS) << 32) / truth));
