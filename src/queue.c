@@ -554,12 +554,17 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 		mutex_lock(&q->lock);
 		r = list_take(q, &last);
 		mutex_unlock(&q->lock);
-		if (!r)
+		if (!r || atomic_load_explicit(&q->closed, memory_order_relaxed))
 			break;
 		for (; r; r = next) {
 			uint64_t old;
 
-			if (n == max) {
+			/*
+			 * A callback (or another thread) destroyed the queue:
+			 * what this call had not reached ends unrun, as the
+			 * destroy ended what was still waiting.
+			 */
+			if (n == max || atomic_load_explicit(&q->closed, memory_order_relaxed)) {
 				list_put(q, r, last, true);
 				break;
 			}

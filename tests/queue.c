@@ -463,6 +463,52 @@ START_TEST(test_queue_callback_calls_on_itself)
 }
 END_TEST
 
+/*
+ * A callback that destroys its own queue: the entries its kairos_queue_run()
+ * had taken and not reached end unrun (drained), not run on a queue that is
+ * gone.  A manual clock puts all five on the list before the run.
+ */
+static struct kairos_queue *q_gone_q;
+static atomic_int q_gone_ran, q_gone_rc = 1;
+
+static void q_cb_destroy_own(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+	if (atomic_fetch_add(&q_gone_ran, 1) == 0)
+		atomic_store(&q_gone_rc, kairos_queue_destroy(q_gone_q));
+}
+
+START_TEST(test_queue_callback_destroys_its_queue)
+{
+	struct kairos_config c;
+	struct kairos *k;
+	struct kairos_timer_opts o = { 0 };
+	struct kairos_stats st;
+
+	kairos_config_default(&c);
+	c.shards = 1;
+	c.clock = KAIROS_CLOCK_MANUAL;
+	k = t_create(&c);
+	ck_assert_int_eq(kairos_queue_create(k, &q_gone_q), 0);
+	o.queue = q_gone_q;
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, q_cb_destroy_own, NULL, NULL), 0);
+	ck_assert_int_eq(kairos_clock_advance(k, 10 * T_MS), 0);
+	/* One ran; it destroyed the queue, whose list was empty by then. */
+	ck_assert_int_eq(kairos_queue_run(q_gone_q, 100), 1);
+	ck_assert_int_eq(t_int(&q_gone_ran), 1);
+	ck_assert_int_eq(t_int(&q_gone_rc), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, 5);
+	ck_assert_uint_eq(st.fired, 1);
+	ck_assert_uint_eq(st.drained, 4);
+	ck_assert_uint_eq(st.pending, 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Races: cancel against run and take, from many threads               */
 
@@ -1053,6 +1099,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_periodic_coalesces);
 	tcase_add_test(tc, test_queue_cancel_while_running);
 	tcase_add_test(tc, test_queue_callback_calls_on_itself);
+	tcase_add_test(tc, test_queue_callback_destroys_its_queue);
 	tcase_add_test(tc, test_queue_cancel_races_run_and_take);
 	tcase_add_test(tc, test_queue_destroy_with_entries);
 	tcase_add_test(tc, test_queue_destroy_keeps_reset_entries);
