@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -723,7 +724,11 @@ static int queue_ring_swap(struct kairos_queue *q, int fd)
 	return 0;
 }
 
-/* Whether @fd is an io_uring ring; true when /proc cannot tell. */
+/*
+ * Whether @fd, known to be open, is an io_uring ring; true when /proc cannot
+ * tell (not mounted, in a chroot or a small container): the posts to a fd
+ * that is not a ring then fail, each waiting on the queue's list.
+ */
 static bool is_ring(int fd)
 {
 	char path[64], link[64];
@@ -732,26 +737,61 @@ static bool is_ring(int fd)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
 	if (n < 0)
-		return errno != ENOENT;
+		return true;
 	link[n] = '\0';
 	return strcmp(link, "anon_inode:[io_uring]") == 0;
 }
 
-/* Whether the kernel has IORING_OP_MSG_RING (probed once, on a ring of its own). */
-static bool msg_ring_supported(void)
+/* IORING_REGISTER_PROBE of ring @fd into @p (zeroed, room for 256 ops). */
+static int probe_ring_fd(int fd, struct io_uring_probe *p)
+{
+	long rc = syscall(__NR_io_uring_register, fd, IORING_REGISTER_PROBE, p, 256);
+
+	return rc < 0 ? -errno : 0;
+}
+
+/*
+ * 0 when the kernel has IORING_OP_MSG_RING, -EOPNOTSUPP when it has not.
+ * Probed on the caller's ring @ring_fd (which needs no descriptor), or,
+ * where that ring refuses (another thread's single-issuer ring, a
+ * restricted one), on a small ring of its own.  Only an answer is kept for
+ * the process: a probe that could not be made (no memory, no descriptor)
+ * returns its errno and the next call probes again.
+ */
+static int msg_ring_probe(int ring_fd)
 {
 	static _Atomic int known;	/* 0: not probed; 1: yes; -1: no */
+	size_t size = sizeof(struct io_uring_probe) + 256 * sizeof(struct io_uring_probe_op);
 	int v = atomic_load_explicit(&known, memory_order_relaxed);
+	struct io_uring_probe *p;
+	struct io_uring ring;
+	int rc;
 
-	if (!v) {
-		struct io_uring_probe *p = io_uring_get_probe();
-
-		v = p && io_uring_opcode_supported(p, IORING_OP_MSG_RING) ? 1 : -1;
-		if (p)
-			io_uring_free_probe(p);
-		atomic_store_explicit(&known, v, memory_order_relaxed);
+	if (v)
+		return v > 0 ? 0 : -EOPNOTSUPP;
+	p = fault_calloc(1, size);
+	if (!p)
+		return -ENOMEM;
+	rc = probe_ring_fd(ring_fd, p);
+	if (rc) {
+		memset(p, 0, size);
+		rc = io_uring_queue_init(2, &ring, 0);
+		if (!rc) {
+			rc = probe_ring_fd(ring.ring_fd, p);
+			io_uring_queue_exit(&ring);
+		}
 	}
-	return v > 0;
+	/* -EINVAL: a kernel without the probe (before 5.6), so without MSG_RING. */
+	if (!rc)
+		v = io_uring_opcode_supported(p, IORING_OP_MSG_RING) ? 1 : -1;
+	else if (rc == -EINVAL)
+		v = -1;
+	free(p);
+	if (v) {
+		atomic_store_explicit(&known, v, memory_order_relaxed);
+		return v > 0 ? 0 : -EOPNOTSUPP;
+	}
+	return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? rc : -EOPNOTSUPP;
 }
 
 KAIROS_EXPORT int kairos_queue_ring(struct kairos_queue *q, int ring_fd)
@@ -771,8 +811,9 @@ KAIROS_EXPORT int kairos_queue_ring(struct kairos_queue *q, int ring_fd)
 		return queue_ring_swap(q, -1);
 	if (fcntl(ring_fd, F_GETFD) < 0 || !is_ring(ring_fd))
 		return -EBADF;
-	if (!msg_ring_supported())
-		return -EOPNOTSUPP;
+	rc = msg_ring_probe(ring_fd);
+	if (rc)
+		return rc;
 	rc = service_enter(k);
 	if (rc)
 		return rc;

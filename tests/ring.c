@@ -15,6 +15,9 @@
 #include <sys/eventfd.h>
 
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 
 #include "t_util.h"
 #include "internal.h"
@@ -141,6 +144,82 @@ START_TEST(test_ring_errors)
 	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), -ESHUTDOWN);
 	io_uring_queue_exit(&ring);
 	close(efd);
+}
+END_TEST
+
+/*
+ * A probe for MSG_RING that could not be made (no memory here) says so, and
+ * the next call probes again: only an answer is kept for the process.
+ * First in its case, so that no earlier call has probed when Check does
+ * not fork (CK_FORK=no).
+ */
+START_TEST(test_ring_probe_failure_not_kept)
+{
+	struct kairos *k = r_service(1);
+	struct kairos_queue *q;
+	struct io_uring ring;
+
+	ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	atomic_store(&fault_countdown, 1);
+	ck_assert_int_eq(kairos_queue_ring(q, ring.ring_fd), -ENOMEM);
+	ck_assert_int_eq(atomic_exchange(&fault_countdown, 0), 0);
+	ck_assert_int_eq(kairos_queue_ring(q, ring.ring_fd), 0);
+	r_close(k, q, &ring);
+}
+END_TEST
+
+/*
+ * Without /proc (a chroot, a small container) a ring is still taken for
+ * one.  A child in a mount namespace of its own unmounts /proc first; it
+ * exits 77 where it may not (not root), and the test says so.
+ */
+static int r_child_without_proc(void)
+{
+	struct kairos_config c;
+	struct kairos *k;
+	struct kairos_queue *q;
+	struct io_uring ring;
+	int rc;
+
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    umount2("/proc", MNT_DETACH))
+		return 77;
+	if (access("/proc/self/fd", F_OK) == 0)
+		return 77;	/* a second /proc under the first */
+	kairos_config_default(&c);
+	c.shards = 1;
+	c.backend = KAIROS_BACKEND_URING;
+	if (kairos_create(&c, &k))
+		return 2;
+	if (kairos_queue_create(k, &q) || io_uring_queue_init(8, &ring, 0))
+		return 3;
+	rc = kairos_queue_ring(q, ring.ring_fd);
+	if (rc) {
+		fprintf(stderr, "without /proc: kairos_queue_ring: %d\n", rc);
+		return 4;
+	}
+	if (kairos_queue_destroy(q) || kairos_destroy(k, KAIROS_DRAIN_DROP))
+		return 5;
+	io_uring_queue_exit(&ring);
+	return 0;
+}
+
+START_TEST(test_ring_without_proc)
+{
+	int status = 0;
+	pid_t pid = fork();	/* no thread of this process runs yet */
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(r_child_without_proc());
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status), "child ended with status %#x", status);
+	if (WEXITSTATUS(status) == 77) {
+		fprintf(stderr, "ring_without_proc: no mount namespace here; skipped\n");
+		return;
+	}
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
 }
 END_TEST
 
@@ -522,7 +601,9 @@ int main(void)
 	tc = tcase_create("ring");
 	tcase_add_checked_fixture(tc, t_setup, NULL);
 	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_ring_probe_failure_not_kept);
 	tcase_add_test(tc, test_ring_errors);
+	tcase_add_test(tc, test_ring_without_proc);
 	tcase_add_test(tc, test_ring_one_cqe_each);
 	tcase_add_test(tc, test_ring_cancel_races_post);
 	tcase_add_test(tc, test_ring_periodic);

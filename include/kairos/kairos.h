@@ -580,7 +580,8 @@ int kairos_queue_fd(struct kairos_queue *q);
  * Context: any thread; takes @q's lock; does not wait for a post.
  * Return: 0; -EINVAL for a NULL @q; -EBADF when @ring_fd is not an io_uring
  * ring; -EOPNOTSUPP when the kernel has no IORING_OP_MSG_RING or @q's shard
- * runs on epoll; -EMFILE or -ENFILE (the duplicate); -ESHUTDOWN.
+ * runs on epoll; -EMFILE or -ENFILE (the duplicate, or the probe's ring);
+ * -ENOMEM (the probe: the next call probes again); -ESHUTDOWN.
  */
 int kairos_queue_ring(struct kairos_queue *q, int ring_fd);
 
