@@ -721,6 +721,7 @@ struct shard {
 
 struct kairos {
 	_Atomic int dead;		/* set by kairos_destroy() or, in a child, by fork */
+	_Atomic int forked;		/* a service of the parent, in a child of fork() */
 	struct kairos_config cfg;
 	uint32_t salt;			/* first generation of every record (31 bits) */
 	/*

@@ -95,8 +95,10 @@ static void fork_child(void)
 	urcu_bp_after_fork_child();
 	clock_fork_unlock();
 	ts_forget();
-	for (struct kairos *k = live_list; k; k = k->list_next)
+	for (struct kairos *k = live_list; k; k = k->list_next) {
 		atomic_store_explicit(&k->dead, 1, memory_order_relaxed);
+		atomic_store_explicit(&k->forked, 1, memory_order_relaxed);
+	}
 	svc_lock_drop();
 }
 

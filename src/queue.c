@@ -690,6 +690,12 @@ KAIROS_EXPORT int kairos_queue_destroy(struct kairos_queue *q)
 	if (!q)
 		return -EINVAL;
 	k = q->k;
+	/*
+	 * In a child of fork(), a parent thread may have held either lock at
+	 * the fork: the queue stays, as its service does (kairos_destroy()).
+	 */
+	if (atomic_load_explicit(&k->forked, memory_order_relaxed))
+		return -ESHUTDOWN;
 	mutex_lock(&k->q_lock);
 	mutex_lock(&q->lock);
 	if (atomic_load_explicit(&q->closed, memory_order_relaxed)) {

@@ -838,6 +838,60 @@ START_TEST(test_faults_fork_during_clock_look)
 }
 END_TEST
 
+/*
+ * A fork() while a parent thread holds a queue's lock (as a shard putting
+ * expiries on the list, or a drainer, may): in the child the queue is the
+ * dead service's, and kairos_queue_destroy() leaves it without taking the
+ * lock.  Before, the child waited on that lock for ever and the alarm
+ * ended it.  The child only calls into kairos and exits: no thread, no
+ * allocation, so this runs under the sanitizers too.
+ */
+static atomic_int f_qlock_state;	/* 1: the lock is held; 2: the fork is done */
+
+static void *f_hold_queue_lock(void *arg)
+{
+	struct kairos_queue *q = arg;
+
+	mutex_lock(&q->lock);
+	atomic_store(&f_qlock_state, 1);
+	while (atomic_load(&f_qlock_state) != 2)
+		t_sleep_ms(1);
+	mutex_unlock(&q->lock);
+	return NULL;
+}
+
+START_TEST(test_faults_fork_queue_locked)
+{
+	struct kairos *k = t_create(NULL);
+	struct kairos_queue *q;
+	pthread_t th;
+	int status = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, f_hold_queue_lock, q), 0);
+	while (atomic_load(&f_qlock_state) != 1)
+		t_sleep_ms(1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		signal(SIGALRM, SIG_DFL);
+		alarm(10);
+		if (kairos_queue_run(q, 1) != -ESHUTDOWN)
+			_exit(2);
+		_exit(kairos_queue_destroy(q) == -ESHUTDOWN ? 0 : 3);
+	}
+	atomic_store(&f_qlock_state, 2);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "child ended with status %#x", status);
+	pthread_join(th, NULL);
+	/* The parent's queue and service are untouched by the child's calls. */
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s = suite_create("faults");
@@ -873,6 +927,7 @@ int main(int argc, char **argv)
 	tcase_add_test(run, test_faults_seccomp_after_create);
 	tcase_add_test(run, test_faults_fork_busy);
 	tcase_add_test(run, test_faults_fork_during_clock_look);
+	tcase_add_test(run, test_faults_fork_queue_locked);
 	suite_add_tcase(s, create);
 	suite_add_tcase(s, run);
 	return t_main(s, "faults");

@@ -545,10 +545,13 @@ int kairos_queue_shard(const struct kairos_queue *q);
  * Each is counted once, as drained.  @q must not be used again, nor be in
  * a call of another thread but a kairos_queue_take() waiting on it, which
  * returns -EINVAL.  Valid before or after kairos_destroy() of its service;
- * every queue must be destroyed to free it.
+ * every queue must be destroyed to free it.  In a child of fork(), a queue
+ * of a service created before the fork is left as it is (-ESHUTDOWN), as
+ * kairos_destroy() leaves its service.
  *
  * Context: any thread, callbacks included; does not wait for callbacks.
- * Return: how many waiting entries it ended (>= 0); -EINVAL for a NULL @q.
+ * Return: how many waiting entries it ended (>= 0); -EINVAL for a NULL @q;
+ * -ESHUTDOWN in a child of fork(), as above.
  */
 int kairos_queue_destroy(struct kairos_queue *q);
 
