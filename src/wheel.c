@@ -502,11 +502,33 @@ size_t wheel_log_bytes(const struct wheel *w)
 	return bytes;
 }
 
+/*
+ * The due log is full: drops the entries the pops are past, when they are
+ * most of it, so that an owner that never empties the due list (it pops a
+ * batch a round while more come due) does not grow the log for ever.  The
+ * stale count may then count entries dropped: the log stops sooner, never
+ * later.
+ */
+static void due_log_trim(struct wheel *w)
+{
+	struct wheel_log *lg = &w->due_log;
+	uint32_t at = w->due_at;
+
+	if (at <= lg->len / 2 || (lg->stale & WHEEL_LOG_STOP))
+		return;
+	memmove(lg->ent, lg->ent + at, (size_t)(lg->len - at) * sizeof(*lg->ent));
+	lg->len -= at;
+	w->due_pf = w->due_pf > at ? w->due_pf - at : 0;
+	w->due_at = 0;
+}
+
 /* Appends @t to the due list. */
 static inline void make_due(struct wheel *w, struct wheel_timer *t)
 {
 	t->where = WHEEL_DUE;
 	link_append(&w->due, &t->link);
+	if (__builtin_expect(w->due_log.len == w->due_log.cap, 0))
+		due_log_trim(w);
 	log_add(&w->due_log, t);
 	w->ndue++;
 }

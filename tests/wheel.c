@@ -1480,6 +1480,43 @@ END_TEST
  * the log starts afresh once the slot has emptied.  The due list's log
  * likewise survives records taken off the due list between pops.
  */
+/*
+ * An owner that never empties the due list (it pops a bounded batch each
+ * round while one more record is always due): the due list's log stops
+ * instead of growing with every pop.  Pops still come in order.
+ */
+START_TEST(test_wheel_due_log_bounded_when_never_empty)
+{
+	enum { ROUNDS = 200000 };
+	struct wheel_timer t[2];
+	struct wheel *w = t_wheel_new(0);
+	unsigned cur = 0;
+
+	memset(t, 0, sizeof(t));
+	T_INT_EQ(wheel_add(w, &t[0], 1, 0), 0);
+	T_UINT_EQ(wheel_advance(w, 1), 1);
+	for (unsigned i = 0; i < ROUNDS; i++) {
+		struct wheel_timer *n = &t[cur ^ 1];
+
+		/* The next is due before the one due now is popped. */
+		T_INT_EQ(wheel_add(w, n, w->curr + 1, 0), 0);
+		T_UINT_EQ(wheel_advance(w, w->curr + 1), 1);
+		T_ASSERT(wheel_pop(w) == &t[cur]);
+		T_UINT_EQ(w->ndue, 1);
+		cur ^= 1;
+		if (i % 50000 == 0)
+			t_check(w);
+	}
+	t_check(w);
+	T_UINT_LE(w->due_log.cap, 4096);
+	T_ASSERT(wheel_pop(w) == &t[cur]);
+	T_UINT_EQ(w->due_log.len, 0);
+	t_check(w);
+	wheel_fini(w);
+	free(w);
+}
+END_TEST
+
 START_TEST(test_wheel_log_stops_and_restarts)
 {
 	enum { N = 4096 };
@@ -1597,6 +1634,7 @@ int main(void)
 	tcase_add_test(tc, test_wheel_order_update_earlier);
 	tcase_add_test(tc, test_wheel_past_deadline_due_order);
 	tcase_add_test(tc, test_wheel_log_stops_and_restarts);
+	tcase_add_test(tc, test_wheel_due_log_bounded_when_never_empty);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("update");
