@@ -166,7 +166,9 @@ struct kairos_stats {
 				 * that kairos_queue_take() handed out) */
 	uint64_t cancelled;	/* timers ended by a cancel that returned 0 (or a
 				 * periodic timer stopped by a cancel while running) */
-	uint64_t drained;	/* timers ended by kairos_destroy() */
+	uint64_t drained;	/* timers ended by kairos_destroy(), or by
+				 * kairos_queue_destroy() (the entries waiting
+				 * in the queue, its timers that expire later) */
 	uint64_t pending;	/* timers not yet ended */
 	uint64_t rejected;	/* arms refused for max_timers */
 	uint64_t periodic_runs;	/* callback calls of periodic timers */
@@ -208,7 +210,9 @@ void kairos_config_default(struct kairos_config *cfg);
  * @cfg: the configuration, or NULL for kairos_config_default()'s
  * @out: where the new service is stored on success
  *
- * Starts the shard threads and their workers.  With KAIROS_BACKEND_AUTO each
+ * Starts the shard threads and the record-recycling thread; the workers
+ * start with the first timer delivered to them (see kairos_arm()).  Every
+ * thread it starts blocks every signal.  With KAIROS_BACKEND_AUTO each
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
  * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
  * profile, kernel.io_uring_disabled; or ENOMEM under a finite
