@@ -73,6 +73,7 @@ const char *const api_names[A_N] = {
 	[A_KEY_RESET] = "kairos_key_reset",
 	[A_KEY_CANCEL] = "kairos_key_cancel",
 	[A_KEY_FIND] = "kairos_key_find",
+	[A_REMAINING] = "kairos_remaining",
 };
 
 const char *const viol_names[V_N] = {
@@ -308,6 +309,7 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 	uint64_t cur = atomic_load_explicit(&s->cur, memory_order_acquire);
 	bool periodic = cur & F_PERIODIC;
 	uint64_t c, t0, p, first, last;
+	uint32_t seq;
 
 	if (cur_epoch(cur) != epoch) {
 		stale_call(cs, idx, epoch, cur, id, status);
@@ -404,8 +406,12 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 	 * runs, so the schedule does not change under it (a taken entry's
 	 * timer has gone on already, but the owner waits for the drainer's
 	 * check before it makes the schedule known again: queue_fence()).
+	 * What it covered is then unknown to the schedule's checks too: it
+	 * says which reset it saw (check_periodic_schedule()).
 	 */
-	if (atomic_load_explicit(&s->sched, memory_order_acquire) & 1) {
+	seq = atomic_load_explicit(&s->sched, memory_order_acquire);
+	if (seq & 1) {
+		atomic_store_explicit(&s->sched_skipped, seq, memory_order_relaxed);
 		atomic_store_explicit(&s->running, 0, memory_order_release);
 		return;
 	}
@@ -760,6 +766,8 @@ static void arm_periodic(struct lthread *t, uint32_t idx)
 	before = service_now();
 	atomic_store_explicit(&s->t0, before, memory_order_relaxed);
 	atomic_store_explicit(&s->period, period, memory_order_relaxed);
+	atomic_store_explicit(&s->sched_skipped, 0, memory_order_relaxed);
+	s->sched_base = atomic_load_explicit(&s->sched, memory_order_relaxed);
 	if (qno) {
 		/* The first run a period from now, as kairos_arm_every()'s. */
 		o.queue = S.qd[qno - 1].q;
@@ -777,6 +785,7 @@ static void arm_periodic(struct lthread *t, uint32_t idx)
 	}
 	s->kind = K_PERIODIC;
 	s->oflags = 0;
+	s->t0_hi = service_now();
 	s->until = before + rng_range(&t->rng, &S.cfg.life);
 	s->bound = before + period * (2 + rng_below(&t->rng, 19));	/* its first reset */
 	list_add(t->per, &t->nper, idx);
@@ -1149,7 +1158,7 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 {
 	struct slot *s = &S.slots[idx];
 	uint64_t p = atomic_load_explicit(&s->period, memory_order_relaxed);
-	uint64_t delay = rng_next(&t->rng) % (2 * p) + 1, before;
+	uint64_t delay = rng_next(&t->rng) % (2 * p) + 1, before, after;
 	uint32_t seq = atomic_load_explicit(&s->sched, memory_order_relaxed);
 	uint64_t due = periodic_due(s);
 	int rc;
@@ -1158,6 +1167,7 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 	atomic_store_explicit(&s->sched, seq + 1, memory_order_seq_cst);
 	before = service_now();
 	rc = kairos_reset(S.k, s->id, delay);
+	after = service_now();
 	count(t, A_RESET, rc);
 	switch (rc) {
 	case 0:
@@ -1182,7 +1192,12 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 	 */
 	queue_fence(t, atomic_load_explicit(&s->qno, memory_order_relaxed));
 	if (rc == 0) {
-		/* Run k of the new schedule is due at before + delay + (k - 1) * p, or later. */
+		/*
+		 * Run k of the new schedule is due at before + delay + (k - 1) * p,
+		 * or later, and by after + delay + (k - 1) * p and a tick.
+		 */
+		s->t0_hi = after + delay - p;
+		s->sched_base = seq + 2;
 		atomic_store_explicit(&s->t0, before + delay - p, memory_order_relaxed);
 		atomic_store_explicit(&s->covered, 0, memory_order_relaxed);
 	}
@@ -1190,6 +1205,76 @@ static void reset_periodic(struct lthread *t, uint32_t idx)
 	atomic_store_explicit(&s->sched, seq + 2, memory_order_release);
 	/* The next reset after 2..20 periods: it should run in between. */
 	s->bound = now_ns() + p * (2 + rng_below(&t->rng, 19));
+}
+
+/*
+ * Periodic timer @idx (fixed rate, on the workers) between its calls: its
+ * next run, as kairos_remaining() tells, must be the one after the periods
+ * its calls covered.  A run the library skipped without counting it in a
+ * call's status (a lost period) puts the next one whole periods later than
+ * that.  The library's run k is due in [t0 + k p, t0_hi + k p + 2 ticks]
+ * (the clock before and after the arm or reset; the schedule's start and
+ * the run's deadline each rounded up to a tick at most).  Skipped, and counted as such, when a call starts or ends
+ * around the look (covered would not be this schedule's), or the run is
+ * due already (kairos_remaining() says 0 or -EBUSY).  A queue's timer is
+ * not looked at: a take puts it back on its schedule before its drainer's
+ * call counts what it covered.
+ */
+static void check_periodic_schedule(struct lthread *t, uint32_t idx)
+{
+	struct slot *s = &S.slots[idx];
+	uint64_t p, c, t0, lo, hi, nb, na, left = 0;
+	uint32_t runs, skipped;
+	int rc;
+
+	if (atomic_load_explicit(&s->qno, memory_order_relaxed))
+		return;
+	/* Acquire: a call that has started is seen running, one that ended, its covered. */
+	runs = atomic_load_explicit(&s->runs, memory_order_acquire);
+	if (atomic_load_explicit(&s->running, memory_order_acquire))
+		goto skipped;
+	/*
+	 * A call skipped during a reset that failed (-EBUSY: this schedule's
+	 * call) or that set this schedule (the call may be its first): what
+	 * it covered is not in covered, so this schedule is not checked.
+	 */
+	skipped = atomic_load_explicit(&s->sched_skipped, memory_order_relaxed);
+	if (skipped && skipped + 1 >= s->sched_base)
+		goto skipped;
+	c = atomic_load_explicit(&s->covered, memory_order_relaxed);
+	t0 = atomic_load_explicit(&s->t0, memory_order_relaxed);
+	p = atomic_load_explicit(&s->period, memory_order_relaxed);
+	nb = service_now();
+	rc = kairos_remaining(S.k, s->id, &left);
+	na = service_now();
+	count(t, A_REMAINING, rc);
+	if (rc != 0 && rc != -EBUSY) {
+		violation(V_RC, "slot %" PRIu32 ": kairos_remaining of running periodic timer %#"
+			  PRIx64 " returned %d (%s)", idx, s->id, rc, strerror(-rc));
+		return;
+	}
+	if (atomic_load_explicit(&s->runs, memory_order_acquire) != runs ||
+	    atomic_load_explicit(&s->running, memory_order_acquire) || rc || !left)
+		goto skipped;
+	t->t.pscheds++;
+	lo = t0 + (c + 1) * p;
+	hi = s->t0_hi + (c + 1) * p + 2 * S.cfg.tick_ns;
+	/* The next run is at nb + left at the earliest, na + left at the latest. */
+	if (nb + left > hi) {
+		uint64_t gap = nb + left - hi;
+
+		violation(V_CALLBACK, "slot %" PRIu32 ": periodic timer %#" PRIx64 " (period %" PRIu64
+			  " ns): its calls covered %" PRIu64 " periods, but its next run is %" PRIu64
+			  " ns past period %" PRIu64 "'s latest deadline (about %" PRIu64
+			  " periods lost)", idx, s->id, p, c, gap, c + 1, (gap + p / 2) / p);
+	} else if (na + left < lo) {
+		violation(V_EARLY, "slot %" PRIu32 ": periodic timer %#" PRIx64 " (period %" PRIu64
+			  " ns): its next run is due %" PRIu64 " ns before period %" PRIu64
+			  "'s deadline", idx, s->id, p, lo - (na + left), c + 1);
+	}
+	return;
+skipped:
+	t->t.pscheds_skipped++;
 }
 
 /* Waits (for at most two periods) until slot @s's periodic callback runs. */
@@ -1222,6 +1307,8 @@ static void do_periodic(struct lthread *t)
 	}
 	idx = t->per[rng_below(&t->rng, t->nper)];
 	s = &S.slots[idx];
+	if (!(s->oflags & O_STOPPING) && !(atomic_load_explicit(&s->sched, memory_order_relaxed) & 1))
+		check_periodic_schedule(t, idx);
 	if (s->oflags & O_STOPPING) {
 		stop_periodic(t, idx, true);
 	} else if (now_ns() >= s->until) {

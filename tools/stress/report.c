@@ -551,6 +551,9 @@ int report_text(FILE *f)
 		S.stall_s);
 	fprintf(f, "  periodic timers reset %" PRIu64 " times (and %" PRIu64 " resets found one"
 		" firing: -EBUSY)\n", t.preset, t.preset_busy);
+	fprintf(f, "  periodic schedules checked between calls (next run == the one after the periods"
+		" covered): %" PRIu64 " (%" PRIu64 " looks skipped: a call or a due run around them)\n",
+		t.pscheds, t.pscheds_skipped);
 	fprintf(f, "  callbacks  one-shot %" PRIu64 ", periodic %" PRIu64 " (covering %" PRIu64
 		" periods), drained %" PRIu64 "\n", oneshot, periodic, periods, drained);
 	fprintf(f, "  calls on ended timers' ids: %" PRIu64 " (-EBUSY while a reaped callback was"
@@ -936,6 +939,8 @@ int report_json(FILE *f)
 	jw_dbl(&w, "longest_stall_s", S.stall_s);
 	jw_u64(&w, "periodic_resets", t.preset);
 	jw_u64(&w, "periodic_resets_ebusy", t.preset_busy);
+	jw_u64(&w, "periodic_schedules_checked", t.pscheds);
+	jw_u64(&w, "periodic_schedule_checks_skipped", t.pscheds_skipped);
 	jw_u64(&w, "checked", t.checked);
 	jw_u64(&w, "stale_id_calls", t.stale);
 	jw_u64(&w, "stale_id_ebusy_returning", busy_returning());

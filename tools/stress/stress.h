@@ -80,6 +80,7 @@ enum api_call {
 	A_KEY_RESET,
 	A_KEY_CANCEL,
 	A_KEY_FIND,
+	A_REMAINING,	/* periodic: its next run against what its calls covered */
 	A_N
 };
 
@@ -221,6 +222,10 @@ struct slot {
 	uint64_t bound;		/* one-shot: no run before this (ns, service clock);
 				 * periodic: when to reset it next */
 	uint64_t until;		/* periodic: stop it after this */
+	uint64_t t0_hi;		/* periodic: the service clock after the arm or last reset
+				 * returned, less its delay; the library's run k is due
+				 * by t0_hi + k * period (+ two ticks) */
+	uint32_t sched_base;	/* periodic: @sched when its schedule was last set */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
 	uint32_t key;		/* one-shot: its key's number + 1 (keys.c); 0: none */
@@ -258,6 +263,8 @@ struct slot {
 	 * covered before making it even again (release).
 	 */
 	_Atomic uint32_t sched;
+	/* Periodic: the odd @sched a call saw, and so was not counted; 0: none. */
+	_Atomic uint32_t sched_skipped;
 };
 
 /* What the owners counted; added up over threads after they are joined. */
@@ -270,6 +277,8 @@ struct tally {
 	uint64_t pstopped;	/* periodic timers stopped while running (-EBUSY) */
 	uint64_t preset;	/* periodic timers reset (kairos_reset returned 0) */
 	uint64_t preset_busy;	/* periodic resets that found the timer firing (-EBUSY) */
+	uint64_t pscheds;	/* periodic schedules checked against their calls (kairos_remaining) */
+	uint64_t pscheds_skipped;	/* checks a call or a due run made unreadable */
 	uint64_t drained;	/* timers found drained by the final sweep */
 	uint64_t overdue;	/* of those, already due when kairos_destroy began */
 	uint64_t overdue_max;	/* how long the most overdue had been due (ns) */
