@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -74,6 +75,10 @@ const char *const api_names[A_N] = {
 	[A_KEY_CANCEL] = "kairos_key_cancel",
 	[A_KEY_FIND] = "kairos_key_find",
 	[A_REMAINING] = "kairos_remaining",
+	[A_RESET_AT] = "kairos_reset_at",
+	[A_RESET_N] = "kairos_reset_n",
+	[A_CANCEL_N] = "kairos_cancel_n",
+	[A_ARM_AT] = "kairos_arm_at",
 };
 
 const char *const viol_names[V_N] = {
@@ -736,8 +741,13 @@ static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 	else if (o.slack_ns)
 		rc = kairos_arm_slack(S.k, delay, o.slack_ns, on_timer, slot_arg(idx, epoch),
 				      &s->id);
-	else
+	else if (rng_below(&t->rng, 8))
 		rc = kairos_arm(S.k, delay, on_timer, slot_arg(idx, epoch), &s->id);
+	else {
+		/* Now and then at an absolute deadline: exactly before + delay. */
+		a = A_ARM_AT;
+		rc = kairos_arm_at(S.k, before + delay, on_timer, slot_arg(idx, epoch), &s->id);
+	}
 	count(t, a, rc);
 	if (rc) {
 		violation(V_RC, "%s(%" PRIu64 " ns) returned %d (%s)", api_names[a], delay, rc,
@@ -889,65 +899,105 @@ static bool paused_call(struct lthread *t, uint32_t idx, uint32_t p1, uint64_t b
 	return true;
 }
 
-static void reset_oneshot(struct lthread *t, uint32_t idx)
+/*
+ * What a reset or cancel of one-shot timer @idx reads before its call and
+ * checks after it: its queue and that queue's drainer pause word (a run
+ * seen paused was made before the pause), its runs (acquire pairs with the
+ * callback's increment: a run seen here came first), and the clock.
+ */
+struct call_pre {
+	uint64_t delay, before;
+	uint32_t qno, p1, runs;
+};
+
+static void call_pre(uint32_t idx, uint64_t delay, struct call_pre *pr)
 {
 	struct slot *s = &S.slots[idx];
-	uint64_t delay = rng_range(&t->rng, (s->oflags & O_SHORT) ? &S.cfg.shorts : &S.cfg.idle);
-	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
-	/* Before runs: a run seen paused was made before the pause. */
-	uint32_t p1 = queue_pause(qno);
-	/* Acquire pairs with the callback's increment: a run seen here came first. */
-	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
-	uint64_t before = service_now();
-	int rc = kairos_reset(S.k, s->id, delay);
 
-	count(t, A_RESET, rc);
-	if (qno && paused_call(t, idx, p1, before, s->bound) && rc &&
+	pr->delay = delay;
+	pr->qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
+	pr->p1 = queue_pause(pr->qno);
+	pr->runs = atomic_load_explicit(&s->runs, memory_order_acquire);
+}
+
+/* The delay of a reset of one-shot timer @idx: its own kind's. */
+static uint64_t reset_delay(struct lthread *t, uint32_t idx)
+{
+	return rng_range(&t->rng, (S.slots[idx].oflags & O_SHORT) ? &S.cfg.shorts : &S.cfg.idle);
+}
+
+/* Checks what @fn (kairos_reset(), _reset_at() or _reset_n()) returned for one-shot @idx. */
+static void reset_oneshot_end(struct lthread *t, uint32_t idx, const struct call_pre *pr,
+			      int rc, const char *fn)
+{
+	struct slot *s = &S.slots[idx];
+	uint64_t before = pr->before;
+	uint32_t runs = pr->runs;
+
+	if (pr->qno && paused_call(t, idx, pr->p1, before, s->bound) && rc &&
 	    !runs && !(s->oflags & O_FIRING))
-		violation(V_RC, "slot %" PRIu32 ": kairos_reset of one-shot queue timer %#" PRIx64
+		violation(V_RC, "slot %" PRIu32 ": %s of one-shot queue timer %#" PRIx64
 			  " returned %d while its queue's drainer was paused: pending, or expired"
 			  " and waiting untaken (withdrawn and armed again), it must return 0",
-			  idx, s->id, rc);
+			  idx, fn, s->id, rc);
 	switch (rc) {
 	case 0:
 		if (runs || (s->oflags & O_FIRING))
-			violation(V_RC, "slot %" PRIu32 ": kairos_reset of one-shot timer %#" PRIx64
-				  " returned 0 after %s", idx, s->id,
+			violation(V_RC, "slot %" PRIu32 ": %s of one-shot timer %#" PRIx64
+				  " returned 0 after %s", idx, fn, s->id,
 				  runs ? "its callback started" : "an earlier call said it was firing");
 		/* Past its deadline, a queue's timer most likely waited untaken: withdrawn. */
-		if (qno && before > s->bound + S.cfg.tick_ns)
+		if (pr->qno && before > s->bound + S.cfg.tick_ns)
 			t->t.qwithdrawn++;
 		/* Another thread may have moved a shared key's timer later. */
 		if (!(s->oflags & O_SHARED))
-			pending_late(t, idx, "kairos_reset", before, s->bound);
-		s->bound = before + delay;
+			pending_late(t, idx, fn, before, s->bound);
+		s->bound = before + pr->delay;
 		break;
 	case -ENOENT:
 		/* Firing or fired (or, with a shared key, ended by a key call). */
 		if (s->oflags & O_SHARED) {
-			key_settle(t, idx, "kairos_reset");
+			key_settle(t, idx, fn);
 			break;
 		}
 		/* The old bound stays. */
 		s->oflags |= O_FIRING;
 		break;
 	default:
-		violation(V_RC, "slot %" PRIu32 ": kairos_reset of one-shot timer %#" PRIx64
-			  " returned %d (%s)", idx, s->id, rc, strerror(-rc));
+		violation(V_RC, "slot %" PRIu32 ": %s of one-shot timer %#" PRIx64
+			  " returned %d (%s)", idx, fn, s->id, rc, strerror(-rc));
 	}
 }
 
-static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
+/*
+ * A one-shot reset: now and then to an absolute deadline, the clock read
+ * just before plus the delay, which is then exactly its deadline.
+ */
+static void reset_oneshot(struct lthread *t, uint32_t idx)
 {
 	struct slot *s = &S.slots[idx];
-	const char *fn = sync ? "kairos_cancel_sync" : "kairos_cancel";
-	uint32_t qno = atomic_load_explicit(&s->qno, memory_order_relaxed);
-	uint32_t p1 = queue_pause(qno);
-	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
-	uint64_t before = now_ns();
-	int rc = sync ? kairos_cancel_sync(S.k, s->id) : kairos_cancel(S.k, s->id);
+	bool at = !rng_below(&t->rng, 8);
+	struct call_pre pr;
+	int rc;
 
-	count(t, sync ? A_CANCEL_SYNC : A_CANCEL, rc);
+	call_pre(idx, reset_delay(t, idx), &pr);
+	pr.before = service_now();
+	if (at)
+		rc = kairos_reset_at(S.k, s->id, pr.before + pr.delay);
+	else
+		rc = kairos_reset(S.k, s->id, pr.delay);
+	count(t, at ? A_RESET_AT : A_RESET, rc);
+	reset_oneshot_end(t, idx, &pr, rc, at ? "kairos_reset_at" : "kairos_reset");
+}
+
+/* Checks what @fn (a cancel, cancel_sync if @sync, or cancel_n) returned for one-shot @idx. */
+static void cancel_oneshot_end(struct lthread *t, uint32_t idx, const struct call_pre *pr,
+			       int rc, bool sync, const char *fn)
+{
+	struct slot *s = &S.slots[idx];
+	uint32_t qno = pr->qno, p1 = pr->p1, runs = pr->runs;
+	uint64_t before = pr->before;
+
 	if (qno && paused_call(t, idx, p1, before, s->bound) && rc &&
 	    !runs && !(s->oflags & O_FIRING))
 		violation(V_RC, "slot %" PRIu32 ": %s of one-shot queue timer %#" PRIx64
@@ -1006,6 +1056,91 @@ static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
 	}
 	atomic_fetch_or_explicit(&s->cur, F_NO_START, memory_order_release);
 	end_fired(t, idx);
+}
+
+static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
+{
+	struct slot *s = &S.slots[idx];
+	struct call_pre pr;
+	int rc;
+
+	call_pre(idx, 0, &pr);
+	pr.before = now_ns();
+	rc = sync ? kairos_cancel_sync(S.k, s->id) : kairos_cancel(S.k, s->id);
+	count(t, sync ? A_CANCEL_SYNC : A_CANCEL, rc);
+	cancel_oneshot_end(t, idx, &pr, rc, sync, sync ? "kairos_cancel_sync" : "kairos_cancel");
+}
+
+/*
+ * Up to BATCH_MAX distinct pending one-shot timers of the thread, picked
+ * at random among its live ones (reaped first: an ended one is left out),
+ * into @idx.  Returns how many.
+ */
+#define BATCH_MAX 8
+
+static unsigned pick_batch(struct lthread *t, uint32_t idx[BATCH_MAX])
+{
+	unsigned n = 0;
+
+	for (unsigned tries = 0; tries < 2 * BATCH_MAX && n < BATCH_MAX && t->nlive; tries++) {
+		uint32_t i = t->live[rng_below(&t->rng, t->nlive)];
+		bool dup = false;
+
+		for (unsigned j = 0; j < n; j++)
+			dup |= idx[j] == i;
+		if (dup)
+			continue;
+		reap(t, i);
+		if (S.slots[i].kind == K_ONESHOT)
+			idx[n++] = i;
+	}
+	return n;
+}
+
+/*
+ * kairos_reset_n() or kairos_cancel_n() of a batch, each timer's result
+ * checked as its single call's would be, and the return value against
+ * the results.  The batch's clock is read before the call, as a single
+ * call's is.
+ */
+static bool do_batch(struct lthread *t, bool cancel)
+{
+	uint32_t idx[BATCH_MAX];
+	struct call_pre pr[BATCH_MAX];
+	kairos_id ids[BATCH_MAX];
+	int res[BATCH_MAX];
+	unsigned n = pick_batch(t, idx), zeros = 0;
+	uint64_t delay = n ? reset_delay(t, idx[0]) : 0, before;
+	const char *fn = cancel ? "kairos_cancel_n" : "kairos_reset_n";
+	int rc;
+
+	if (!n)
+		return false;
+	for (unsigned j = 0; j < n; j++) {
+		call_pre(idx[j], delay, &pr[j]);
+		ids[j] = S.slots[idx[j]].id;
+		res[j] = INT_MIN;
+	}
+	before = cancel ? now_ns() : service_now();
+	rc = cancel ? kairos_cancel_n(S.k, ids, n, res) : kairos_reset_n(S.k, ids, n, delay, res);
+	for (unsigned j = 0; j < n; j++) {
+		count(t, cancel ? A_CANCEL_N : A_RESET_N, res[j]);
+		zeros += res[j] == 0;
+	}
+	if (rc < 0 || (unsigned)rc != zeros) {
+		violation(V_RC, "%s of %u timers returned %d, and %u of their results were 0", fn,
+			  n, rc, zeros);
+		if (rc < 0)
+			return true;
+	}
+	for (unsigned j = 0; j < n; j++) {
+		pr[j].before = before;
+		if (cancel)
+			cancel_oneshot_end(t, idx[j], &pr[j], res[j], false, fn);
+		else
+			reset_oneshot_end(t, idx[j], &pr[j], res[j], fn);
+	}
+	return true;
 }
 
 /* Stops periodic timer @idx with kairos_cancel_sync() or kairos_cancel(). */
@@ -1114,6 +1249,9 @@ static bool do_reset(struct lthread *t)
 	}
 	if (!t->nlive)
 		return false;
+	/* Now and then a batch, as a loop resets the connections of one wake-up. */
+	if (!rng_below(&t->rng, 32) && do_batch(t, false))
+		return true;
 	idx = t->live[rng_below(&t->rng, t->nlive)];
 	reap(t, idx);
 	if (S.slots[idx].kind == K_FREE)
@@ -1129,6 +1267,9 @@ static void do_cancel(struct lthread *t, bool sync)
 	uint32_t idx = t->lo + rng_below(&t->rng, t->hi - t->lo);
 	struct slot *s = &S.slots[idx];
 
+	/* Now and then a batch of pending ones, as a loop closes connections. */
+	if (!sync && !rng_below(&t->rng, 64) && do_batch(t, true))
+		return;
 	reap(t, idx);
 	switch (s->kind) {
 	case K_FREE:

@@ -81,6 +81,10 @@ enum api_call {
 	A_KEY_CANCEL,
 	A_KEY_FIND,
 	A_REMAINING,	/* periodic: its next run against what its calls covered */
+	A_RESET_AT,
+	A_RESET_N,	/* counted per timer of the batch */
+	A_CANCEL_N,	/* counted per timer of the batch */
+	A_ARM_AT,
 	A_N
 };
 
