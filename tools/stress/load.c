@@ -718,8 +718,8 @@ static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 	struct slot *s = &S.slots[idx];
 	uint64_t delay = rng_range(&t->rng, shorty ? &S.cfg.shorts : &S.cfg.idle), before;
 	uint32_t qno = pick_queue(t);
-	uint32_t epoch = slot_prepare(s, false, shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct,
-				      qno);
+	bool slow = shorty && rng_below(&t->rng, 100) < S.cfg.slow_pct;
+	uint32_t epoch = slot_prepare(s, false, slow, qno);
 	struct kairos_timer_opts o = { 0 };
 	enum api_call a = qno ? A_ARM_OPTS : A_ARM;
 	int rc;
@@ -760,6 +760,8 @@ static void arm_oneshot(struct lthread *t, uint32_t idx, bool shorty)
 	s->oflags = shorty ? O_SHORT : 0;
 	s->bound = before + delay;
 	list_add(t->live, &t->nlive, idx);
+	if (slow)
+		t->slow_armed = idx + 1;
 	t->t.arms++;
 	t->t.arms_queue += qno != 0;
 }
@@ -1262,6 +1264,39 @@ static bool do_reset(struct lthread *t)
 }
 
 /* Cancels a slot picked among all of the thread's: pending or ended. */
+/*
+ * A cancel_sync of the slow short one-shot timer (its callback sleeps) the
+ * thread armed last, that waits until the callback has started: the call
+ * must return only once it has returned (cancel_oneshot_end() finds done
+ * set).  At most one wait every 50 ms per thread, each up to the timer's
+ * deadline and 5 ms.  False when there is none to wait for.
+ */
+static bool sync_running_oneshot(struct lthread *t)
+{
+	uint64_t now = now_ns();
+	struct timespec ts = { 0, 20000 };
+	uint32_t idx = t->slow_armed - 1;
+	struct slot *s = &S.slots[idx];
+	uint64_t until;
+
+	if (!t->slow_armed || now < t->next_sync_wait)
+		return false;
+	t->slow_armed = 0;
+	reap(t, idx);
+	if (s->kind != K_ONESHOT || (s->oflags & O_SHARED) ||
+	    !(atomic_load_explicit(&s->cur, memory_order_relaxed) & F_SLOW))
+		return false;
+	t->next_sync_wait = now + 50 * NS_PER_MS;
+	until = s->bound + 5 * NS_PER_MS;
+	while (!atomic_load_explicit(&s->running, memory_order_relaxed) &&
+	       !atomic_load_explicit(&s->done, memory_order_relaxed) && service_now() < until)
+		nanosleep(&ts, NULL);
+	if (atomic_load_explicit(&s->running, memory_order_relaxed))
+		t->t.syncs_running++;
+	cancel_oneshot(t, idx, true);
+	return true;
+}
+
 static void do_cancel(struct lthread *t, bool sync)
 {
 	uint32_t idx = t->lo + rng_below(&t->rng, t->hi - t->lo);
@@ -1269,6 +1304,8 @@ static void do_cancel(struct lthread *t, bool sync)
 
 	/* Now and then a batch of pending ones, as a loop closes connections. */
 	if (!sync && !rng_below(&t->rng, 64) && do_batch(t, true))
+		return;
+	if (sync && sync_running_oneshot(t))
 		return;
 	reap(t, idx);
 	switch (s->kind) {

@@ -554,6 +554,8 @@ int report_text(FILE *f)
 	fprintf(f, "  periodic schedules checked between calls (next run == the one after the periods"
 		" covered): %" PRIu64 " (%" PRIu64 " looks skipped: a call or a due run around them)\n",
 		t.pscheds, t.pscheds_skipped);
+	fprintf(f, "  cancel_sync of a one-shot whose slow callback was seen running: %" PRIu64
+		" (each must return after the callback has)\n", t.syncs_running);
 	fprintf(f, "  callbacks  one-shot %" PRIu64 ", periodic %" PRIu64 " (covering %" PRIu64
 		" periods), drained %" PRIu64 "\n", oneshot, periodic, periods, drained);
 	fprintf(f, "  calls on ended timers' ids: %" PRIu64 " (-EBUSY while a reaped callback was"
@@ -941,6 +943,7 @@ int report_json(FILE *f)
 	jw_u64(&w, "periodic_resets_ebusy", t.preset_busy);
 	jw_u64(&w, "periodic_schedules_checked", t.pscheds);
 	jw_u64(&w, "periodic_schedule_checks_skipped", t.pscheds_skipped);
+	jw_u64(&w, "cancel_syncs_of_running_oneshots", t.syncs_running);
 	jw_u64(&w, "checked", t.checked);
 	jw_u64(&w, "stale_id_calls", t.stale);
 	jw_u64(&w, "stale_id_ebusy_returning", busy_returning());

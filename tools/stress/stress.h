@@ -283,6 +283,7 @@ struct tally {
 	uint64_t preset_busy;	/* periodic resets that found the timer firing (-EBUSY) */
 	uint64_t pscheds;	/* periodic schedules checked against their calls (kairos_remaining) */
 	uint64_t pscheds_skipped;	/* checks a call or a due run made unreadable */
+	uint64_t syncs_running;	/* cancel_syncs of a one-shot seen running just before */
 	uint64_t drained;	/* timers found drained by the final sweep */
 	uint64_t overdue;	/* of those, already due when kairos_destroy began */
 	uint64_t overdue_max;	/* how long the most overdue had been due (ns) */
@@ -356,6 +357,8 @@ struct lthread {
 	uint32_t *per, nper, per_target;	/* periodic timers, stopping ones included */
 	uint32_t *fq, fq_head, fq_len;	/* free slots, oldest first (ring of hi - lo) */
 	uint32_t sweep;			/* next slot the incremental reap looks at */
+	uint64_t next_sync_wait;	/* no cancel_sync waits for a one-shot to run before this */
+	uint32_t slow_armed;		/* slot + 1 of the last slow short one-shot armed; 0: none */
 	uint64_t rc[A_N][RC_N];
 	uint64_t stale[A_N];
 	uint64_t rc_busy_returning;	/* -EBUSY on a reaped one-shot still returning */
