@@ -538,6 +538,16 @@ void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
 {
 	struct slot *s = &S.slots[idx];
 
+	/*
+	 * Ended as the library said: no call of this timer starts from here
+	 * on, checked when the slot is armed again (slot_prepare()).  Not
+	 * for a timer a key call may have ended, whose end another thread's
+	 * call decided.
+	 */
+	s->runs_end = 0;
+	if ((end == E_FIRED || end == E_CANCELLED || end == E_STOPPED) && !s->key &&
+	    !(s->oflags & O_SHARED))
+		s->runs_end = atomic_load_explicit(&s->runs, memory_order_acquire) + 1;
 	if (s->key)
 		key_forget(t, idx);
 	s->key = 0;
@@ -682,7 +692,14 @@ uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
 {
 	uint64_t old = atomic_load_explicit(&s->cur, memory_order_relaxed);
 	uint32_t epoch = cur_epoch(old) + 1;
+	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
 
+	if (s->runs_end && runs != s->runs_end - 1)
+		violation(V_AFTER_END, "slot %td: a %s timer ran %" PRIu32 " more times after it"
+			  " ended (%s)", s - S.slots, (old & F_PERIODIC) ? "periodic" : "one-shot",
+			  runs - (s->runs_end - 1),
+			  s->last_end == E_FIRED ? "fired" : s->last_end == E_CANCELLED ?
+			  "a cancel returned 0" : "stopped");
 	atomic_store_explicit(&s->runs, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->drains, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->done, 0, memory_order_relaxed);

@@ -230,6 +230,7 @@ struct slot {
 				 * returned, less its delay; the library's run k is due
 				 * by t0_hi + k * period (+ two ticks) */
 	uint32_t sched_base;	/* periodic: @sched when its schedule was last set */
+	uint32_t runs_end;	/* @runs when its last timer ended, + 1; 0: not checked */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
 	uint32_t key;		/* one-shot: its key's number + 1 (keys.c); 0: none */
