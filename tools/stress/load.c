@@ -1093,7 +1093,8 @@ static void cancel_oneshot(struct lthread *t, uint32_t idx, bool sync)
 /*
  * Up to BATCH_MAX distinct pending one-shot timers of the thread, picked
  * at random among its live ones (reaped first: an ended one is left out),
- * into @idx.  Returns how many.
+ * into @idx, all short or all idle as the first (a batch reset gives them
+ * one delay, and a short timer is reset short again).  Returns how many.
  */
 #define BATCH_MAX 8
 
@@ -1110,7 +1111,8 @@ static unsigned pick_batch(struct lthread *t, uint32_t idx[BATCH_MAX])
 		if (dup)
 			continue;
 		reap(t, i);
-		if (S.slots[i].kind == K_ONESHOT)
+		if (S.slots[i].kind == K_ONESHOT &&
+		    (!n || !((S.slots[i].oflags ^ S.slots[idx[0]].oflags) & O_SHORT)))
 			idx[n++] = i;
 	}
 	return n;
@@ -1304,7 +1306,10 @@ static bool sync_running_oneshot(struct lthread *t)
 	    !(atomic_load_explicit(&s->cur, memory_order_relaxed) & F_SLOW))
 		return false;
 	t->next_sync_wait = now + 50 * NS_PER_MS;
-	until = s->bound + 5 * NS_PER_MS;
+	/* Its deadline is a short delay ahead; a shard far behind is not waited for. */
+	until = service_now() + 30 * NS_PER_MS;
+	if (s->bound + 5 * NS_PER_MS < until)
+		until = s->bound + 5 * NS_PER_MS;
 	while (!atomic_load_explicit(&s->running, memory_order_relaxed) &&
 	       !atomic_load_explicit(&s->done, memory_order_relaxed) && service_now() < until)
 		nanosleep(&ts, NULL);
