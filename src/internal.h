@@ -888,6 +888,12 @@ struct tstate {
 	_Atomic(struct kairos *) k;	/* the service it is on, or NULL */
 	struct shard *s;		/* the shard it arms on */
 	struct rec *free;		/* FREE records of @s, linked through wt.link.next */
+	/*
+	 * Whether the reclaimer was looked at for the bundle this thread pops
+	 * next (kairos.c, arm()): by the arm that took the last record of the
+	 * one before.  A bundle handed back (ts_hand_back()) was not.
+	 */
+	bool looked;
 	/* The arrival block it files far timers of @s on (arrival.c), and its entries. */
 	struct arrival *arr;
 	unsigned arr_n;

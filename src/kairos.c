@@ -583,7 +583,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	uint64_t tick, fire;
 	kairos_id id;
 	uint32_t gen;
-	bool far;
+	bool far, pop, look;
 	int rc;
 
 	if (!reserve(k))
@@ -600,6 +600,7 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	} else {
 		s = t ? t->s : ts_pick(k);
 	}
+	pop = !t || !t->free;
 	rc = table_alloc(k, s, t, &r, &index);
 	if (rc) {
 		if (k->cfg.max_timers)
@@ -612,10 +613,22 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	 * reclaimer is far behind, this one waits for it first, so that ended
 	 * records do not outrun their reuse and the pool grow for them
 	 * (table_reclaim_behind(); a look once per bundle: it reads lines
-	 * other threads write).  A shard thread never waits.
+	 * other threads write).  A bundle that was handed back rather than
+	 * used up (a thread that moves between shards or services) had no
+	 * such look: the arm that pops the next one looks instead.  A shard
+	 * thread never waits.
 	 */
-	if ((!t || !t->free) && !tls_shard && table_reclaim_behind(s))
-		*behind = s->index + 1;
+	look = !t || !t->free;
+	if (t && pop) {
+		look |= !t->looked;
+		t->looked = false;
+	}
+	if (look && !tls_shard) {
+		if (t)
+			t->looked = true;
+		if (table_reclaim_behind(s))
+			*behind = s->index + 1;
+	}
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	r->fn = fn;
 	r->arg = arg;
@@ -1065,6 +1078,18 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	int rc;
 
 	rc = enter_valid(k, id != 0);
+	if (rc == -ESHUTDOWN && id && !(tls_service == k && tls_timer == id) &&
+	    !atomic_load_explicit(&k->forked, memory_order_relaxed)) {
+		/*
+		 * Destroy has begun, and its callbacks may still run: as for a
+		 * wait that sees it begin, the call returns once none can (at
+		 * once when destroy has returned).
+		 */
+		if (tls_service == k)
+			wait_run_in_destroy(k, id);
+		else
+			wait_destroyed(k);
+	}
 	if (rc)
 		return rc;
 	rc = cancel(k, ts_mine(k), id, &seen);

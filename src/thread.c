@@ -95,6 +95,7 @@ static void ts_hand_back(struct kairos *k, struct tstate *t)
 	if (t->free)
 		table_give_back(k, t->s, t->free);
 	t->free = NULL;
+	t->looked = false;
 	arrival_close(t);
 }
 

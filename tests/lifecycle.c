@@ -19,6 +19,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
+#include <urcu-bp.h>
+
 #include "t_util.h"
 #include "internal.h"
 
@@ -122,8 +124,13 @@ static void w_waits(void *arg, kairos_id id, int status)
 		t_sleep_ms(1);
 	atomic_store(&w->started, 1);
 	rc = kairos_cancel_sync(w->k, atomic_load(&w->other));
-	/* Returned: the other callback is over. */
-	atomic_store(&w->rc, rc == -EBUSY && atomic_load(&w->other_done) ? 1 : -1);
+	/*
+	 * Returned: the other callback is over.  -EBUSY when the wait began
+	 * before the destroy; -ESHUTDOWN when the destroy had begun first (a
+	 * thread held up past the main thread's pause).
+	 */
+	atomic_store(&w->rc, (rc == -EBUSY || rc == -ESHUTDOWN) && atomic_load(&w->other_done)
+				     ? 1 : rc < 0 ? rc : -1000);
 	atomic_store(&w->done, 1);
 }
 
@@ -149,8 +156,47 @@ START_TEST(test_lifecycle_destroy_while_a_callback_waits)
 	t_sleep_ms(20);		/* in its wait */
 	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
 	ck_assert_int_eq(t_int(&w.done), 1);
-	ck_assert_int_eq(t_int(&w.rc), 1);
+	ck_assert_msg(t_int(&w.rc) == 1, "cancel_sync returned %d, or before the other's end",
+		      t_int(&w.rc));
 	ck_assert_int_eq(t_int(&w.other_done), 1);
+}
+END_TEST
+
+static void *d_destroy(void *arg)
+{
+	return (void *)(intptr_t)kairos_destroy(arg, KAIROS_DRAIN_DROP);
+}
+
+/*
+ * kairos_cancel_sync() called from another thread once a destroy has
+ * begun, while a callback still runs: it returns (-ESHUTDOWN) only once
+ * no callback can run, as a wait that saw the destroy begin does.  Before,
+ * it said -ESHUTDOWN at once, with the callback still running.
+ */
+START_TEST(test_lifecycle_cancel_sync_called_during_destroy)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	static struct waiter w;
+	pthread_t th;
+	void *ret;
+	kairos_id b;
+	int rc;
+
+	memset(&w, 0, sizeof(w));
+	w.k = k;
+	ck_assert_int_eq(kairos_arm(k, T_MS, w_other, &w, &b), 0);
+	ck_assert_int_eq(t_wait_int(&w.other_started, 1, T_WAIT_MS), 1);
+	ck_assert_int_eq(pthread_create(&th, NULL, d_destroy, k), 0);
+	while (!atomic_load(&k->dead))
+		t_sleep_ms(1);
+	rc = kairos_cancel_sync(k, b);
+	ck_assert_int_eq(rc, -ESHUTDOWN);
+	ck_assert_int_eq(t_int(&w.other_done), 1);
+	ck_assert_int_eq(pthread_join(th, &ret), 0);
+	ck_assert_int_eq((int)(intptr_t)ret, 0);
+	/* After the destroy, at once. */
+	ck_assert_int_eq(kairos_cancel_sync(k, b), -ESHUTDOWN);
 }
 END_TEST
 
@@ -599,6 +645,64 @@ START_TEST(test_lifecycle_reclaim_behind_rule)
 	atomic_fetch_sub(&s->retired_n, RECLAIM_LIMIT_HARD);
 	ck_assert_int_eq(t_cancel(k, &tt, &one), 0);
 	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/* A reader that holds grace periods back: 100 ms read-side sections, until told. */
+static atomic_int stall_stop;
+
+static void *stall_reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stall_stop)) {
+		urcu_bp_read_lock();
+		t_sleep_ms(100);
+		urcu_bp_read_unlock();
+		t_sleep_ms(1);
+	}
+	return NULL;
+}
+
+/*
+ * A thread that arms for two queues on different shards in turn hands its
+ * bundle of free records back at every arm (it moves between shards), so
+ * no arm of it ever used a bundle up: the look at the reclaimer, once per
+ * bundle used up, never came, and with grace periods held back the pool
+ * grew past the hard limit without bound (1.5 s here: hundreds of
+ * chunks).  The arm that pops a bundle after a hand-back now looks too.
+ */
+START_TEST(test_lifecycle_pool_bounded_when_moving_between_shards)
+{
+	struct kairos_config c = t_cfg(2, 1);
+	struct kairos *k = t_create(&c);
+	struct kairos_queue *q[2];
+	unsigned chunks, bound = 2 * (RECLAIM_LIMIT_HARD / CHUNK_RECS) + 8;
+	uint64_t end, n = 0;
+	pthread_t th;
+
+	ck_assert_int_eq(kairos_queue_create(k, &q[0]), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &q[1]), 0);
+	ck_assert_int_ne(kairos_queue_shard(q[0]), kairos_queue_shard(q[1]));
+	atomic_store(&stall_stop, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, stall_reader, NULL), 0);
+	end = t_mono() + 1500 * T_MS;
+	while (t_mono() < end) {
+		for (int i = 0; i < 256; i++, n++) {
+			struct kairos_timer_opts o = { .queue = q[n & 1] };
+			kairos_id id;
+
+			ck_assert_int_eq(kairos_arm_opts(k, 60 * T_SEC, &o, NULL, NULL, &id), 0);
+			ck_assert_int_eq(kairos_cancel(k, id), 0);
+		}
+	}
+	atomic_store(&stall_stop, 1);
+	pthread_join(th, NULL);
+	chunks = atomic_load(&k->shards[0]->nchunks) + atomic_load(&k->shards[1]->nchunks);
+	ck_assert_msg(chunks <= bound, "%u chunks of records after %" PRIu64 " arms (at most %u)",
+		      chunks, n, bound);
+	ck_assert_int_eq(kairos_queue_destroy(q[0]), 0);
+	ck_assert_int_eq(kairos_queue_destroy(q[1]), 0);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 }
 END_TEST
@@ -1473,6 +1577,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_destroy_waits_running);
 	tcase_add_test(tc, test_lifecycle_destroy_waits_running_periodic);
 	tcase_add_test(tc, test_lifecycle_destroy_while_a_callback_waits);
+	tcase_add_test(tc, test_lifecycle_cancel_sync_called_during_destroy);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_notify);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_drop);
 	tcase_add_test(tc, test_lifecycle_threads_baseline);
@@ -1481,6 +1586,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_arm_cancel_flat_rss);
 	tcase_add_test(tc, test_lifecycle_many_posters_flat_rss);
 	tcase_add_test(tc, test_lifecycle_reclaim_behind_rule);
+	tcase_add_test(tc, test_lifecycle_pool_bounded_when_moving_between_shards);
 	tcase_add_test(tc, test_lifecycle_fork_exec);
 	tcase_add_test(tc, test_lifecycle_thread_exit_hands_back);
 	tcase_add_test(tc, test_lifecycle_cancel_reaches_shard_within_bound);

@@ -437,7 +437,8 @@ int kairos_prefetch(struct kairos *k, kairos_id id);
  * outside RCU read-side sections (other services go on meanwhile).  From the
  * timer's own callback it cannot wait for itself: it stops later runs and
  * returns -EDEADLK.
- * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel(); -EBUSY when the
+ * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel() (once a destroy
+ * has begun, returned only when no callback of @k can run); -EBUSY when the
  * callback was running (it has now returned); -EDEADLK from its own callback.
  */
 int kairos_cancel_sync(struct kairos *k, kairos_id id);
