@@ -476,18 +476,26 @@ static inline struct tstate *ts_join(struct kairos *k)
 	return k && !atomic_load_explicit(&k->dead, memory_order_relaxed) ? ts_for(k) : NULL;
 }
 
-/* Reserves a place under max_timers; false (and counted) when full. */
+/*
+ * Reserves a place under max_timers; false (and counted) when full.  The
+ * count never goes past the cap, not even for a moment: an arm refused
+ * while another ends never makes a third arm see a full service.
+ */
 static bool reserve(struct kairos *k)
 {
-	uint64_t max = k->cfg.max_timers;
+	uint64_t max = k->cfg.max_timers, n;
 
 	if (!max)
 		return true;
-	if (atomic_fetch_add_explicit(&k->total_pending, 1, memory_order_relaxed) < max)
-		return true;
-	atomic_fetch_sub_explicit(&k->total_pending, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&k->rejected, 1, memory_order_relaxed);
-	return false;
+	n = atomic_load_explicit(&k->total_pending, memory_order_relaxed);
+	do {
+		if (n >= max) {
+			atomic_fetch_add_explicit(&k->rejected, 1, memory_order_relaxed);
+			return false;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(&k->total_pending, &n, n + 1,
+							memory_order_relaxed, memory_order_relaxed));
+	return true;
 }
 
 /*

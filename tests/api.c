@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "t_util.h"
+#include "internal.h"
 /* ------------------------------------------------------------------ */
 /* Configuration and creation                                          */
 
@@ -480,6 +481,53 @@ START_TEST(test_api_max_timers_concurrent)
 }
 END_TEST
 
+/*
+ * The cap's count never passes the cap, even for a moment: a refused arm
+ * that counted itself in and then out made a third arm, at that moment,
+ * see a full service while a place was free (a spurious -EAGAIN).  One
+ * thread arms against a full service while this one watches the count.
+ */
+static atomic_int over_stop;
+
+static void *t_over_arms(void *arg)
+{
+	struct kairos *k = arg;
+
+	while (!atomic_load(&over_stop))
+		ck_assert_int_eq(kairos_arm(k, 10 * T_SEC, t_cb_never, NULL, NULL), -EAGAIN);
+	return NULL;
+}
+
+START_TEST(test_api_max_timers_count_never_over)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k;
+	uint64_t end, seen = 0, looks = 0;
+	pthread_t th;
+
+	c.max_timers = 4;
+	k = t_create(&c);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(kairos_arm(k, 10 * T_SEC, t_cb_never, NULL, NULL), 0);
+	atomic_store(&over_stop, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_over_arms, k), 0);
+	end = t_mono() + 300 * T_MS;
+	while (t_mono() < end) {
+		for (int i = 0; i < 1000; i++, looks++) {
+			uint64_t n = atomic_load_explicit(&k->total_pending, memory_order_relaxed);
+
+			if (n > seen)
+				seen = n;
+		}
+	}
+	atomic_store(&over_stop, 1);
+	pthread_join(th, NULL);
+	ck_assert_msg(seen == 4, "the count read %" PRIu64 " (cap 4) in %" PRIu64 " looks",
+		      seen, looks);
+	t_destroy(k, KAIROS_DRAIN_DROP, 4);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* After destroy, -ESHUTDOWN comes first                               */
 
@@ -698,6 +746,7 @@ int main(void)
 	tcase_add_test(tc, test_api_clock_boottime);
 	tcase_add_test(tc, test_api_max_timers);
 	tcase_add_test(tc, test_api_max_timers_concurrent);
+	tcase_add_test(tc, test_api_max_timers_count_never_over);
 	tcase_add_test(tc, test_api_eshutdown_before_argument_errors);
 	tcase_add_test(tc, test_api_tick_bounds);
 	tcase_add_test(tc, test_api_version);
