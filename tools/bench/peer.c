@@ -18,8 +18,10 @@
  * and end with a cancel in the cancel row's order, so that the arm row
  * takes records in the same order as without them.  Their N arms share one
  * deadline in libev (one loop callback), which is libev's best case for the
- * idle cancel.  The order of the columns rotates from run to run, so that
- * none always goes first.
+ * idle cancel.  libev's lazy idle push (its manual's method 3) runs last,
+ * after the churn, on watchers of its own, so that no other row's heap or
+ * memory is what it would not have been without it.  The order of the
+ * columns rotates from run to run, so that none always goes first.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -83,6 +85,7 @@ enum pb_row {
 	PB_IDLE_ARM,
 	PB_IDLE_LATER,
 	PB_IDLE_LATER_PF,
+	PB_IDLE_LAZY,
 	PB_IDLE_CANCEL,
 	PB_LAT_P50,
 	PB_LAT_P99,
@@ -110,6 +113,7 @@ static const struct pb_row_info {
 	[PB_IDLE_ARM] = { "idle arm", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_LATER] = { "idle push-later", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_LATER_PF] = { "idle push, prefetch 16", "ns/op", 1, BENCH_MEDIAN, true },
+	[PB_IDLE_LAZY] = { "idle push, lazy", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_IDLE_CANCEL] = { "idle cancel", "ns/op", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P50] = { "lateness p50", "us", 1, BENCH_MEDIAN, true },
 	[PB_LAT_P99] = { "lateness p99", "us", 1, BENCH_MEDIAN, true },
@@ -169,6 +173,19 @@ struct pb_impl {
 	 */
 	void (*idle_arm)(uint32_t slot);
 	void (*idle_push)(uint32_t slot);
+	/*
+	 * The "idle push, lazy" row: activity on an idle timeout as a store,
+	 * the check left to the timer's expiry.  Either idle_push() is that
+	 * already (idle_push_lazy: the row shows the idle push-later value of
+	 * the same run), or lazy_push() is, on watchers of its own that
+	 * lazy_arm() arms for slots 0 .. n - 1 (as idle_arm() does, and
+	 * untimed) and lazy_end() stops and frees; all three run in the loop.
+	 * Neither: n/a.
+	 */
+	bool idle_push_lazy;
+	void (*lazy_arm)(size_t n);
+	void (*lazy_push)(uint32_t slot);
+	void (*lazy_end)(void);
 	/*
 	 * Optional (NULL: n/a): starts loading what a call on @slot will need,
 	 * as a loop does for the connections it handles next: kairos_prefetch(),
@@ -509,6 +526,7 @@ static const struct pb_impl pb_kairos = {
 	.prefetch = pk_prefetch,
 	.prefetch_first = pk_prefetch_first,
 	.idle_push = pk_idle_push,
+	.idle_push_lazy = true,
 	.in_loop = pk_in_loop,
 	.wait = pk_wait,
 	.quiesce = bench_settle,
@@ -610,6 +628,7 @@ static const struct pb_impl pb_kairos_loop = {
 	.prefetch = pk_prefetch,
 	.prefetch_first = pk_prefetch_first,
 	.idle_push = pk_idle_push,
+	.idle_push_lazy = true,
 	.in_loop = pq_in_loop,
 	.wait = pq_wait,
 	.quiesce = bench_settle,
@@ -690,6 +709,65 @@ static void pe_idle_push(uint32_t slot)
 	ev_timer_again(pe_loop, &pe_w[slot]);
 }
 
+/*
+ * Method 3 of "Be smart about timeouts", for the "idle push, lazy" row: on
+ * activity, the connection just stores ev_now() as its last activity; the
+ * timer, a one-shot, checks it when it fires and re-arms for what is left.
+ * A connection of its own, the last-activity field beside its watcher as a
+ * server keeps both, and a set of its own, so that pe_w and the heap that
+ * the other rows leave stay as they were.
+ */
+struct pe_conn {
+	ev_timer w;			/* first: the callback finds its conn from it */
+	ev_tstamp last_activity;
+};
+
+static struct pe_conn *pe_lazy;
+static size_t pe_lazy_n;
+
+static void pe_lazy_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct pe_conn *c = (struct pe_conn *)w;
+	ev_tstamp after = c->last_activity - ev_now(loop) + (ev_tstamp)PB_IDLE_DELAY * 1e-9;
+
+	if (after < 0.) {
+		/* Timed out: a stray here, as any timer of a timed row that fires. */
+		pe_cb(loop, w, revents);
+		return;
+	}
+	ev_timer_set(w, after, 0.);
+	ev_timer_start(loop, w);
+}
+
+/* As the manual starts one: the last activity now, then the callback arms it. */
+static void pe_lazy_arm(size_t n)
+{
+	pe_lazy_n = n;
+	pe_lazy = pb_map(n * sizeof(*pe_lazy));
+	for (size_t i = 0; i < n; i++) {
+		struct pe_conn *c = &pe_lazy[i];
+
+		c->last_activity = ev_now(pe_loop);
+		ev_init(&c->w, pe_lazy_cb);
+		c->w.data = (void *)(uintptr_t)i;
+		pe_lazy_cb(pe_loop, &c->w, 0);
+	}
+}
+
+static void pe_lazy_push(uint32_t slot)
+{
+	pe_lazy[slot].last_activity = ev_now(pe_loop);
+}
+
+static void pe_lazy_end(void)
+{
+	for (size_t i = 0; i < pe_lazy_n; i++)
+		ev_timer_stop(pe_loop, &pe_lazy[i].w);
+	pb_unmap(pe_lazy, pe_lazy_n * sizeof(*pe_lazy));
+	pe_lazy = NULL;
+	pe_lazy_n = 0;
+}
+
 static void pe_once_cb(int revents, void *arg)
 {
 	(void)revents;
@@ -743,6 +821,9 @@ static const struct pb_impl pb_libev = {
 	.idle_arm = pe_idle_arm,
 	.prefetch = pe_prefetch,
 	.idle_push = pe_idle_push,
+	.lazy_arm = pe_lazy_arm,
+	.lazy_push = pe_lazy_push,
+	.lazy_end = pe_lazy_end,
 	.in_loop = pe_in_loop,
 	.wait = pe_wait,
 	.teardown = pe_teardown,
@@ -1383,6 +1464,37 @@ static void pb_idle_later_job(void *arg)
 	j->ns = bench_now_ns() - t0;
 }
 
+/*
+ * The "idle push, lazy" row where it has watchers of its own: armed for
+ * slots 0 .. n - 1 (untimed), then the idle push-later row's timed loop, its
+ * order and its slots, with lazy_push() as the push, then stopped (untimed).
+ */
+static void pb_lazy_arm_job(void *arg)
+{
+	struct pb_job *j = arg;
+
+	j->im->lazy_arm(j->l->n);
+}
+
+static void pb_idle_lazy_job(void *arg)
+{
+	struct pb_job *j = arg;
+	const struct pb_impl *im = j->im;
+	struct pb_impl lazy = *im;
+
+	lazy.idle_push = im->lazy_push;
+	j->im = &lazy;
+	pb_idle_later_job(j);
+	j->im = im;
+}
+
+static void pb_lazy_end_job(void *arg)
+{
+	struct pb_job *j = arg;
+
+	j->im->lazy_end();
+}
+
 /* The deadline meant: the clock just before the arm call, plus the delay. */
 static void pb_lat_job(void *arg)
 {
@@ -1571,6 +1683,9 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 			pb_progress(im, n, label, "idle push-later");
 			im->in_loop(pb_idle_later_job, &j);
 			row[PB_IDLE_LATER] = (double)j.ns / (double)n;
+			/* Its push is already a store: the lazy row is this one. */
+			if (im->idle_push_lazy)
+				row[PB_IDLE_LAZY] = row[PB_IDLE_LATER];
 			pb_quiesce(im);
 			if (im->prefetch) {
 				pb_progress(im, n, label, "idle push, prefetch 16");
@@ -1620,6 +1735,21 @@ static void pb_measure(const struct pb_impl *im, struct pb_lists *l, const char 
 	pb_progress(im, n, label, "churn");
 	pb_churn(im, l, row, &pending);
 	pb_no_strays(im, "churn");
+
+	/*
+	 * The lazy idle push on watchers of its own, last, so that no phase
+	 * before it runs on a different heap or cache: armed in slot order as
+	 * the idle rows' are, pushed in their order, then stopped again.
+	 */
+	if (im->lazy_push) {
+		pb_progress(im, n, label, "idle push, lazy");
+		im->in_loop(pb_lazy_arm_job, &j);
+		pb_quiesce(im);
+		im->in_loop(pb_idle_lazy_job, &j);
+		row[PB_IDLE_LAZY] = (double)j.ns / (double)n;
+		im->in_loop(pb_lazy_end_job, &j);
+		pb_no_strays(im, "idle push, lazy");
+	}
 	pb_progress(im, n, label, "teardown");
 	im->teardown(pending);
 }
@@ -1716,6 +1846,9 @@ static bool pb_has_row(size_t i, int row)
 		return pb_impls[i]->prefetch != NULL;
 	if (row == PB_IDLE_LATER_PF)
 		return pb_impls[i]->prefetch != NULL && pb_impls[i]->idle_arm != NULL;
+	if (row == PB_IDLE_LAZY)
+		return (pb_impls[i]->idle_push_lazy && pb_impls[i]->idle_arm != NULL) ||
+		       pb_impls[i]->lazy_push != NULL;
 	return true;
 }
 
@@ -2051,7 +2184,8 @@ static void pb_print_legend(const struct pb_opts *o)
 		       pre);
 	if (pb_cycles > 1)
 		printf("%sThe cancel, idle, arm and push-later rows ran %u times in a row on each "
-		       "instance; each shows its last time (--cycles).\n", pre, pb_cycles);
+		       "instance; each shows its last time (--cycles); libev's idle push, lazy "
+		       "ran once, after the churn.\n", pre, pb_cycles);
 	for (size_t i = 0; i < PB_NIMPL; i++) {
 		if (pb_impls[i]->missing) {
 			printf("%s%s: %s: its column is left out\n", pre, pb_impls[i]->name,
@@ -2077,15 +2211,32 @@ static void pb_print_legend(const struct pb_opts *o)
 	       "ev_timer_again; kairos: kairos_reset, which reads the clock);\n", pre);
 	printf("%sidle: N idle timeouts of %" PRIu64 " s armed in slot order (kairos: "
 	       "kairos_arm_slack, %" PRIu64 " s slack; libev: ev_timer_init, repeat %" PRIu64
-	       " s, + ev_timer_again),\n", pre, PB_IDLE_DELAY / BENCH_S, PB_IDLE_SLACK / BENCH_S,
+	       " s, + ev_timer_again:\n", pre, PB_IDLE_DELAY / BENCH_S, PB_IDLE_SLACK / BENCH_S,
 	       PB_IDLE_DELAY / BENCH_S);
-	printf("%s  each pushed to %" PRIu64 " s from now in a random order (kairos_reset; "
-	       "ev_timer_again), all cancelled in a random order\n", pre, PB_IDLE_DELAY / BENCH_S);
+	printf("%s  method 2 of \"Be smart about timeouts\" in libev's manual), each pushed "
+	       "to %" PRIu64 " s from now in a random order (kairos_reset;\n", pre,
+	       PB_IDLE_DELAY / BENCH_S);
+	printf("%s  ev_timer_again, which moves the timer in libev's heap), all cancelled in a "
+	       "random order\n", pre);
 	printf("%s  (kairos_cancel; ev_timer_stop); n/a: no idle idiom beyond the plain arm "
 	       "and push (libuv, libevent, timerfd);\n", pre);
 	printf("%sidle push, prefetch 16: after idle push-later, the same pushes again with "
 	       "the prefetches of \"cancel, prefetch 16\", to %" PRIu64 " s from then;\n", pre,
 	       PB_IDLE_DELAY / BENCH_S);
+	printf("%sidle push, lazy: the same activity done the lazy way, libev's manual's "
+	       "method 3: each push only stores ev_now() in its connection's\n", pre);
+	printf("%s  last-activity field, in idle push-later's random order (libev: N "
+	       "connections of their own, each an ev_timer and that field, armed\n", pre);
+	printf("%s  one-shot for %" PRIu64 " s in slot order, untimed, after the churn, so "
+	       "that no other row changes); the work moves to expiry, which this\n", pre,
+	       PB_IDLE_DELAY / BENCH_S);
+	printf("%s  row does not time: the timer of a connection that stayed active fires "
+	       "once per %" PRIu64 " s, reads that field and re-arms for what is\n", pre,
+	       PB_IDLE_DELAY / BENCH_S);
+	printf("%s  left; kairos: its idle push-later value itself, from the same run "
+	       "(kairos_reset of a later deadline is already a store that the\n", pre);
+	printf("%s  shard checks before firing); n/a: no such idiom (libuv, libevent, "
+	       "timerfd);\n", pre);
 	printf("%slateness: CLOCK_MONOTONIC in the callback - (CLOCK_MONOTONIC before the arm "
 	       "+ delay), delays U{1..200} whole ms, %u per loop\n", pre, PB_LAT_BATCH);
 	printf("%s  iteration, N pending; early = callbacks before that deadline (a cached "
