@@ -700,6 +700,8 @@ uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
 			  runs - (s->runs_end - 1),
 			  s->last_end == E_FIRED ? "fired" : s->last_end == E_CANCELLED ?
 			  "a cancel returned 0" : "stopped");
+	/* Checked once: an arm that fails puts the slot back without ending a timer. */
+	s->runs_end = 0;
 	atomic_store_explicit(&s->runs, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->drains, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->done, 0, memory_order_relaxed);
