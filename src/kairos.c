@@ -99,6 +99,9 @@ static void fork_child(void)
 		atomic_store_explicit(&k->dead, 1, memory_order_relaxed);
 		atomic_store_explicit(&k->forked, 1, memory_order_relaxed);
 	}
+	/* Destroyed ones too: a parent thread may have held a queue lock of one. */
+	for (struct kairos *k = dead_list; k; k = k->list_next)
+		atomic_store_explicit(&k->forked, 1, memory_order_relaxed);
 	svc_lock_drop();
 }
 
@@ -1080,6 +1083,19 @@ static void wait_destroyed(struct kairos *k)
  * the section, sleeps until the count moves, and looks the id up anew.  The
  * record may be reused meanwhile; the generation in the id tells.
  */
+/*
+ * A cancel_sync that found @k's destroy begun: returns once no callback of
+ * @k can run, or, on one of @k's own threads (which that destroy waits
+ * for), once @id's run is over.
+ */
+static void wait_destroy_over(struct kairos *k, kairos_id id)
+{
+	if (tls_service == k)
+		wait_run_in_destroy(k, id);
+	else
+		wait_destroyed(k);
+}
+
 KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 {
 	uint64_t seen;
@@ -1090,13 +1106,9 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	    !atomic_load_explicit(&k->forked, memory_order_relaxed)) {
 		/*
 		 * Destroy has begun, and its callbacks may still run: as for a
-		 * wait that sees it begin, the call returns once none can (at
-		 * once when destroy has returned).
+		 * wait that sees it begin (at once when destroy has returned).
 		 */
-		if (tls_service == k)
-			wait_run_in_destroy(k, id);
-		else
-			wait_destroyed(k);
+		wait_destroy_over(k, id);
 	}
 	if (rc)
 		return rc;
@@ -1117,10 +1129,7 @@ again:
 		futex_wait32(&k->ev_seq, seq);
 		if (service_enter(k)) {
 			/* Destroy has begun: it returns once no callback runs. */
-			if (tls_service == k)
-				wait_run_in_destroy(k, id);
-			else
-				wait_destroyed(k);
+			wait_destroy_over(k, id);
 			return -EBUSY;
 		}
 	}

@@ -555,7 +555,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 		mutex_lock(&q->lock);
 		r = list_take(q, &last);
 		mutex_unlock(&q->lock);
-		if (!r || atomic_load_explicit(&q->closed, memory_order_relaxed))
+		if (!r)
 			break;
 		for (; r; r = next) {
 			uint64_t old;
@@ -782,10 +782,13 @@ static int msg_ring_probe(int ring_fd)
 	if (rc) {
 		memset(p, 0, size);
 		rc = io_uring_queue_init(2, &ring, 0);
-		if (!rc) {
-			rc = probe_ring_fd(ring.ring_fd, p);
-			io_uring_queue_exit(&ring);
+		if (rc) {
+			/* No ring of its own: no answer (an -EINVAL here is not one). */
+			free(p);
+			return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? rc : -EOPNOTSUPP;
 		}
+		rc = probe_ring_fd(ring.ring_fd, p);
+		io_uring_queue_exit(&ring);
 	}
 	/* -EINVAL: a kernel without the probe (before 5.6), so without MSG_RING. */
 	if (!rc)

@@ -1002,9 +1002,22 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
 	timer_drain(r, old);
 	atomic_fetch_add_explicit(&s->stats.drained, 1, memory_order_release);
 	(*count)++;
-	/* A queue's timer may have no callback (kairos_queue_take() only). */
-	if (how == KAIROS_DRAIN_NOTIFY && r->fn)
-		r->fn(r->arg, shard_rec_id(s, r, old), -ECANCELED);
+	/*
+	 * A queue's timer may have no callback (kairos_queue_take() only).
+	 * The callback runs on the destroying thread, as one of the
+	 * service's: its kairos_cancel_sync() must not wait for the destroy
+	 * it runs in (kairos.c).
+	 */
+	if (how == KAIROS_DRAIN_NOTIFY && r->fn) {
+		struct kairos *was_service = tls_service;
+		kairos_id was_timer = tls_timer, id = shard_rec_id(s, r, old);
+
+		tls_service = k;
+		tls_timer = id;
+		r->fn(r->arg, id, -ECANCELED);
+		tls_service = was_service;
+		tls_timer = was_timer;
+	}
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));
 	shard_end(s, r, old, rb);

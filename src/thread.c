@@ -103,6 +103,7 @@ static void ts_hand_back(struct kairos *k, struct tstate *t)
 static void ts_drop_holdings(struct tstate *t)
 {
 	t->free = NULL;
+	t->looked = false;
 	memset(&t->kept, 0, sizeof(t->kept));
 	atomic_store_explicit(&t->kept_open, 0, memory_order_relaxed);
 	atomic_store_explicit(&t->kept_steal, 0, memory_order_relaxed);

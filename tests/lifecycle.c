@@ -162,6 +162,45 @@ START_TEST(test_lifecycle_destroy_while_a_callback_waits)
 }
 END_TEST
 
+/*
+ * A callback that kairos_destroy(KAIROS_DRAIN_NOTIFY) calls with -ECANCELED
+ * runs on the destroying thread: its kairos_cancel_sync() of itself or of
+ * another timer must return (-ESHUTDOWN), not wait for the destroy it runs
+ * in.  Before, it waited for ever.
+ */
+static _Atomic kairos_id dn_ids[2];
+static atomic_int dn_calls, dn_self_rc, dn_other_rc;
+
+static void dn_cb(void *arg, kairos_id id, int status)
+{
+	struct kairos *k = arg;
+	kairos_id other = atomic_load(&dn_ids[0]) == id ? atomic_load(&dn_ids[1])
+						       : atomic_load(&dn_ids[0]);
+
+	if (status != -ECANCELED || atomic_fetch_add(&dn_calls, 1))
+		return;
+	atomic_store(&dn_self_rc, kairos_cancel_sync(k, id));
+	atomic_store(&dn_other_rc, kairos_cancel_sync(k, other));
+}
+
+START_TEST(test_lifecycle_cancel_sync_from_a_drain_callback)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos *k = t_create(&c);
+	kairos_id a, b;
+
+	ck_assert_int_eq(kairos_arm(k, 3600 * T_SEC, dn_cb, k, &a), 0);
+	ck_assert_int_eq(kairos_arm(k, 3600 * T_SEC, dn_cb, k, &b), 0);
+	/* Whichever is drained first cancel_syncs itself, then the other. */
+	atomic_store(&dn_ids[0], a);
+	atomic_store(&dn_ids[1], b);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_NOTIFY), 2);
+	ck_assert_int_eq(t_int(&dn_calls), 2);
+	ck_assert_int_eq(t_int(&dn_self_rc), -ESHUTDOWN);
+	ck_assert_int_eq(t_int(&dn_other_rc), -ESHUTDOWN);
+}
+END_TEST
+
 static void *d_destroy(void *arg)
 {
 	return (void *)(intptr_t)kairos_destroy(arg, KAIROS_DRAIN_DROP);
@@ -1578,6 +1617,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_destroy_waits_running_periodic);
 	tcase_add_test(tc, test_lifecycle_destroy_while_a_callback_waits);
 	tcase_add_test(tc, test_lifecycle_cancel_sync_called_during_destroy);
+	tcase_add_test(tc, test_lifecycle_cancel_sync_from_a_drain_callback);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_notify);
 	tcase_add_test(tc, test_lifecycle_destroy_racing_fire_drop);
 	tcase_add_test(tc, test_lifecycle_threads_baseline);

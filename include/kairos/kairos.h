@@ -437,8 +437,12 @@ int kairos_prefetch(struct kairos *k, kairos_id id);
  * outside RCU read-side sections (other services go on meanwhile).  From the
  * timer's own callback it cannot wait for itself: it stops later runs and
  * returns -EDEADLK.
- * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel() (once a destroy
- * has begun, returned only when no callback of @k can run); -EBUSY when the
+ * Once @k's destroy has begun the call returns when kairos_destroy() has
+ * (the callback has then returned), or, from one of @k's own callbacks,
+ * when the awaited callback has; from the timer's own callback or in a
+ * child of fork(), at once.  A thread that calls it then must not hold a
+ * lock that the callbacks kairos_destroy() runs (KAIROS_DRAIN_NOTIFY) take.
+ * Return: 0, -ENOENT, -EINVAL, -ESHUTDOWN as kairos_cancel(); -EBUSY when the
  * callback was running (it has now returned); -EDEADLK from its own callback.
  */
 int kairos_cancel_sync(struct kairos *k, kairos_id id);
@@ -586,8 +590,9 @@ int kairos_queue_fd(struct kairos_queue *q);
  * detached (@ring_fd < 0) or destroyed.
  *
  * Context: any thread; takes @q's lock; does not wait for a post.
- * Return: 0; -EINVAL for a NULL @q; -EBADF when @ring_fd is not an io_uring
- * ring; -EOPNOTSUPP when the kernel has no IORING_OP_MSG_RING or @q's shard
+ * Return: 0; -EINVAL for a NULL @q; -EBADF when @ring_fd is not an open
+ * io_uring ring (without /proc to tell, any open fd is taken for one);
+ * -EOPNOTSUPP when the kernel has no IORING_OP_MSG_RING or @q's shard
  * runs on epoll; -EMFILE or -ENFILE (the duplicate, or the probe's ring);
  * -ENOMEM (the probe: the next call probes again); -ESHUTDOWN.
  */
