@@ -492,7 +492,7 @@ void wheel_timer_init(struct wheel_timer *t)
 
 size_t wheel_log_bytes(const struct wheel *w)
 {
-	size_t bytes = 0;
+	size_t bytes = (size_t)w->due_log.cap * sizeof(*w->due_log.ent);
 
 	for (unsigned g = 0; g < WHEEL_LEVELS; g++)
 		for (unsigned s = 0; s < WHEEL_SLOTS; s++)

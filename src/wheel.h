@@ -317,7 +317,10 @@ struct wheel_timer *wheel_pop(struct wheel *w);
  */
 uint64_t wheel_next(const struct wheel *w);
 
-/* Bytes the slots' logs and entries hold now (their capacity), beyond sizeof(struct wheel). */
+/*
+ * Bytes the logs (the slots' and the due list's) and the entries hold now
+ * (their capacity), beyond sizeof(struct wheel).
+ */
 size_t wheel_log_bytes(const struct wheel *w);
 
 /* Number of records linked in the wheel, due ones included (entries are not counted). */
