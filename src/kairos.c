@@ -1078,12 +1078,6 @@ static void wait_destroyed(struct kairos *k)
 }
 
 /*
- * cancel_sync waits outside the read-side section: it reads the event count,
- * sets ST_WAITERS on the record (so the run's end bumps the count), leaves
- * the section, sleeps until the count moves, and looks the id up anew.  The
- * record may be reused meanwhile; the generation in the id tells.
- */
-/*
  * A cancel_sync that found @k's destroy begun: returns once no callback of
  * @k can run, or, on one of @k's own threads (which that destroy waits
  * for), once @id's run is over.
@@ -1096,6 +1090,12 @@ static void wait_destroy_over(struct kairos *k, kairos_id id)
 		wait_destroyed(k);
 }
 
+/*
+ * cancel_sync waits outside the read-side section: it reads the event count,
+ * sets ST_WAITERS on the record (so the run's end bumps the count), leaves
+ * the section, sleeps until the count moves, and looks the id up anew.  The
+ * record may be reused meanwhile; the generation in the id tells.
+ */
 KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 {
 	uint64_t seen;
