@@ -16,10 +16,11 @@
 # closed, no busy one, none early, none later than T + slack) and the server
 # exits 0 after QUIT (its kairos counters add up, nothing fired early, no
 # cancel or reset of a live connection's timer failed).  An INCONCLUSIVE
-# verdict (exit 3: the machine stalled the client for over half the slack
-# while something went wrong, and no close was early) is run again, up to
-# three runs in all; three inconclusive runs make the test skip (exit 77),
-# not pass.
+# verdict (exit 3: the client could not do its part, such as open its
+# connections or keep the busy ones busy, or the machine stalled it for over
+# half the slack while closes came late; never with a close early) is run
+# again, up to three runs in all; three inconclusive runs make the test skip
+# (exit 77), not pass.
 #
 # IDLE_TEST_SERVER_LATE_MS=N runs the server with a T N ms longer than the
 # client's, and then the test passes only if the client's verdict is FAIL

@@ -17,7 +17,12 @@
  * echoed was called and "echo" when that echo was read.  (A send whose echo
  * never came may have crossed the server's close: the server need not have
  * read it.)  The verdict, after --duration s:
- *   - every idle connection was closed by the server;
+ *   - every idle connection whose close was due was closed by the server.
+ *     Due: its last send or echo + T + slack lay DUE_MARGIN_NS or more
+ *     before the end; the others are reported as "not due", and an idle
+ *     connection whose connect finished after its stop time sends nothing
+ *     and is only checked for an early close (its deadline is the
+ *     server's accept, which this side does not see);
  *   - no busy connection was closed by the server;
  *   - no close was early: seen before send + T - 1 ms (a close seen that
  *     early certainly happened before the server's deadline);
@@ -30,12 +35,20 @@
  * and it came after this client last looked without finding it: the start
  * of the last recv on that connection that found nothing, or of the last
  * epoll_wait that had room for every ready connection and did not report
- * it.  A close counts as late only when even that earliest moment is past
- * echo + T + slack.  One seen past the slack but not shown late is a close
- * this client noticed late (its own loop was busy or descheduled): those
- * are counted and reported, not blamed on the server.  Both lateness
- * figures are printed: "seen" is an upper bound on the timer's lateness
- * plus the server's scheduling delay, "at the earliest" a lower bound.
+ * it.  Every blocking wait is preceded by a look with a zero timeout, so a
+ * close that a blocking wait reports came after that wait began, not after
+ * the start of a turn a whole --interval (or, with nothing to send, seconds)
+ * earlier.  And a close that woke a blocking wait came no earlier than the
+ * wait's return less the time this thread spent runnable or running during
+ * the wait (run_delay and CPU time from /proc/thread-self/schedstat): the
+ * rest of the wait it slept, and the close would have woken it.  A close
+ * counts as late only when that earliest moment is past echo + T + slack.
+ * One seen past the slack but not shown late is a close this client
+ * noticed late because its loop measurably stalled (a long turn, or a
+ * wake-up that waited for a CPU): those are counted and reported, not
+ * blamed on the server.  Both lateness figures are printed: "seen" is an
+ * upper bound on the timer's lateness plus the server's scheduling delay,
+ * "at the earliest" a lower bound.
  *
  * With more than 10000 connections it spreads them over several loopback
  * source addresses (127.0.0.1, 127.0.0.2, ...; see --sources) because a
@@ -53,19 +66,35 @@
  *
  * It also measures how long the machine stalled it: its loop waking later
  * than asked or taking long over a turn, and a thread that only sleeps 1 ms
- * at a time waking late.  A failed verdict while such a stall exceeded half
- * the slack is reported as INCONCLUSIVE, unless a close was early: the
- * machine, not the timers, may have held things up.  Late closes alone are
- * excused only by the sleeper's stall, since their judgment already allows
- * for this client's loop.
+ * at a time waking late.
+ *
+ * A loaded machine makes the server or this client late, never early.  So
+ * the verdict is FAIL (exit 1) only for what the server did: a close early
+ * (idle or busy), a close late or a due close missing while the sleeper ran
+ * on time, a connect it refused or timed out, its going away (a connect
+ * refused, or connections closing as a dead process's do and its port
+ * refusing).  It is INCONCLUSIVE (exit 3) for what this client failed to
+ * do or the machine held up: connections it could not open (its own
+ * descriptor or port limits) or had not opened by the end; a busy
+ * connection the server closed at or after its last echoed send + T (this
+ * client's next send came too late, so it was not kept busy); a connection
+ * reset before the server read anything (its kernel's listen backlog
+ * overflowed: no timer of the server's was involved); late or missing
+ * closes while the sleeper stalled over half the slack (the server's
+ * threads were as likely held up).  Nothing opened at all is exit 2, with a
+ * hint.  Every --progress seconds (default 10; --quiet: never) a line of
+ * counters goes to stderr.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -88,6 +117,11 @@
 #define CONNECTING_MAX	256	/* connects in flight at once */
 #define CONNECT_TURN	32	/* connects started per loop turn (~80 us each) */
 #define EARLY_EPS_NS	(1 * MS)	/* loopback transit allowance */
+#define DUE_MARGIN_NS	(10 * MS)	/* a close due this near the end may be in flight */
+#define WAKE_EPS_NS	(100 * 1000ull)	/* a wake-up's CPU time schedstat lacks yet */
+#define GONE_WINDOW_NS	(100 * MS)	/* closes this near a server's death: its death */
+#define SUSPECT_NS	(500 * MS)	/* how long a death-like close keeps the port asked */
+#define PROBE_GAP_NS	(10 * MS)	/* ... at most once per */
 #define MSG		"kairos-idle-pin\n"
 #define MSG_LEN		16
 #define SHOW		5	/* offending connections described, per kind */
@@ -99,6 +133,7 @@ struct lconn {
 	bool opened;
 	int open_err;		/* why the connect failed, else 0 */
 	bool stopped;		/* idle and past stop_at: sends no more */
+	bool late_open;		/* idle, and its connect finished after stop_at */
 	bool racer;		/* idle, and closes itself about when T ends */
 	bool self_closed;	/* a racer that closed before the server did */
 	int64_t race_at;	/* racer: closes at last_send + T + this */
@@ -108,10 +143,12 @@ struct lconn {
 	uint64_t last_send;	/* when the last send returned */
 	uint64_t send_start;	/* when the last send was called */
 	uint64_t acked_start;	/* send_start of the last send echoed back */
+	uint64_t unacked_start;	/* send_start of the first send after that one */
 	uint64_t last_echo;	/* when echo bytes were last read */
 	uint64_t echo_done;	/* when every byte sent had been echoed */
 	uint64_t close_seen;	/* when the close was seen */
 	uint64_t close_after;	/* the close certainly came after this */
+	uint64_t close_est;	/* ... and, as measured, after this (>= close_after) */
 	uint64_t quiet_at;	/* a recv begun then found no close pending */
 	uint64_t seen_turn;	/* the last loop turn that reported an event */
 	uint64_t sent, echoed;	/* bytes */
@@ -131,13 +168,16 @@ struct opts {
 	unsigned long interval_ms, idle_ms, slack_ms, duration_s;
 	unsigned long sources;	/* source addresses 127.0.0.1 .. 127.0.0.N */
 	uint64_t seed;
-	bool quit_server;
+	unsigned long progress_s;	/* 0: no progress lines */
+	bool quit_server, quiet;
 };
 
 struct cpu {
 	bool ok;
 	long long utime_us, stime_us;
 	unsigned long long turn_max_us, handoff_max_us;	/* end of run only */
+	unsigned long long accept_paused;	/* 0 from a server that does not say */
+	int err;		/* why the connect for STATS failed */
 };
 
 /*
@@ -216,8 +256,10 @@ static struct cpu server_cpu(void)
 	int fd = dial();
 	char *p;
 
-	if (fd < 0)
+	if (fd < 0) {
+		c.err = errno;
 		return c;
+	}
 	if (send(fd, "STATS\n", 6, MSG_NOSIGNAL) != 6)
 		goto out;
 	while (got < sizeof(buf) - 1) {
@@ -237,6 +279,9 @@ static struct cpu server_cpu(void)
 	if (p)
 		(void)sscanf(p, "turn_max_us %llu handoff_max_us %llu", &c.turn_max_us,
 			     &c.handoff_max_us);
+	p = strstr(buf, "accept_paused ");
+	if (p)
+		(void)sscanf(p, "accept_paused %llu", &c.accept_paused);
 out:
 	close(fd);
 	return c;
@@ -281,6 +326,42 @@ static void *sleeper_main(void *arg)
  */
 static uint64_t look_turn, look_at, cur_turn;
 
+/*
+ * Set while the events of a blocking wait are handled: the wait's return
+ * less what this thread spent runnable or running during it.  The event
+ * that woke the wait came no earlier (until then the thread slept, and
+ * any ready connection would have woken it), and every other event it
+ * reports came after that one.  0: not a blocking wait, or not measured.
+ */
+static uint64_t wake_after;
+
+/* Connections open now (opened, not closed); closes by the server so far. */
+static unsigned long nlive, srv_closed_idle, srv_closed_busy;
+
+/*
+ * This thread's CPU time + run_delay (time runnable but not running), in
+ * ns, from /proc/thread-self/schedstat; 0 when that cannot be read (a
+ * kernel without CONFIG_SCHED_INFO shows "0 0 0" or no file).
+ */
+static int schedstat_fd = -1;
+
+static uint64_t sched_busy_ns(void)
+{
+	unsigned long long cpu, delay;
+	char buf[96];
+	ssize_t n;
+
+	if (schedstat_fd < 0)
+		return 0;
+	n = pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	if (sscanf(buf, "%llu %llu", &cpu, &delay) != 2)
+		return 0;
+	return cpu + delay;
+}
+
 /* The server closed connection @c (seen now). */
 static void mark_closed(int epfd, struct lconn *c, int err)
 {
@@ -296,9 +377,22 @@ static void mark_closed(int epfd, struct lconn *c, int err)
 	c->close_after = c->quiet_at;
 	if (look_turn && c->seen_turn != look_turn && look_at > c->close_after)
 		c->close_after = look_at;
+	/*
+	 * A close that a blocking wait reported: measured, it came no
+	 * earlier than the wake-up.  Without this, the wait's start bounds
+	 * it, which can be a whole wait before.
+	 */
+	c->close_est = c->close_after;
+	if (wake_after > c->close_est)
+		c->close_est = wake_after;
 	epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
+	nlive--;
+	if (c->idle)
+		srv_closed_idle++;
+	else
+		srv_closed_busy++;
 }
 
 static void on_readable(int epfd, struct lconn *c)
@@ -335,6 +429,8 @@ static bool send_one(int epfd, struct lconn *c, uint64_t *stalls)
 	ssize_t n = send(c->fd, MSG, MSG_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 	if (n == MSG_LEN) {
+		if (c->sent == c->echoed)
+			c->unacked_start = start;
 		c->send_start = start;
 		c->last_send = now_ns();
 		c->sent += MSG_LEN;
@@ -385,7 +481,10 @@ static void usage(FILE *f)
 		"  --race-frac F   fraction of the idle connections that close themselves\n"
 		"                  within a millisecond or two of T, racing the server's\n"
 		"                  timer: either side may close first (0..1, default 0)\n"
-		"  --quit-server   send QUIT to the server at the end\n");
+		"  --quit-server   send QUIT to the server at the end\n"
+		"  --progress S    a line of counters on stderr every S seconds\n"
+		"                  (0..86400; default 10; 0: none)\n"
+		"  --quiet         no progress lines\n");
 }
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -402,13 +501,16 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "seed", required_argument, NULL, 's' },
 		{ "sources", required_argument, NULL, 'a' },
 		{ "quit-server", no_argument, NULL, 'q' },
+		{ "progress", required_argument, NULL, 'P' },
+		{ "quiet", no_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
 	*o = (struct opts){ .conns = 2000, .idle_frac = 0.1, .interval_ms = 100,
-			    .idle_ms = 1000, .slack_ms = 51, .duration_s = 5, .seed = 1 };
+			    .idle_ms = 1000, .slack_ms = 51, .duration_s = 5, .seed = 1,
+			    .progress_s = 10 };
 	opt_prog = "kairos-idle-load";
 	while ((c = opt_next(argc, argv, "h", longopts)) != -1) {
 		switch (c) {
@@ -444,6 +546,12 @@ static void parse(int argc, char **argv, struct opts *o)
 			break;
 		case 'q':
 			o->quit_server = true;
+			break;
+		case 'P':
+			o->progress_s = opt_u64("--progress", optarg, 0, 86400);
+			break;
+		case 'Q':
+			o->quiet = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -551,18 +659,58 @@ static bool finish_connect(int epfd, struct lconn *c, unsigned long i)
 	return true;
 }
 
+/* A connect that failed for want of something on this side, not the server's. */
+static bool local_err(int err)
+{
+	return err == EADDRNOTAVAIL || err == EADDRINUSE || err == EAGAIN || err == EMFILE ||
+	       err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
 struct verdict {
-	unsigned long busy, idle, open_failed, not_open;
-	unsigned long idle_closed, idle_missing, early, late, busy_closed;
+	unsigned long busy, idle, open_failed, open_failed_local, not_open;
+	int local_err;		/* one errno of open_failed_local */
+	unsigned long idle_judged;	/* opened in time, not racing */
+	unsigned long idle_closed, idle_missing, not_due, late_open, early, late;
+	unsigned long busy_closed, busy_early, busy_unkept, busy_unread;
+	unsigned long idle_unread;	/* closed, nothing echoed, not early */
 	unsigned long late_seen;	/* seen past the slack, not shown late */
-	unsigned long racers, race_server_first;
+	unsigned long racers, race_self, race_server_first;
+	unsigned long never_read;	/* sent to, never echoed: never read */
+	unsigned long gone_closed;	/* closed as the server went */
 	int64_t *lat;		/* idle closes: seen - (echo + T) */
 	size_t nlat;
-	int64_t late_min_max;	/* most of close_after - (echo + T) */
+	int64_t late_min_max;	/* most of close_est - (echo + T) */
 	int64_t margin;		/* least of seen - (acked_start + T) */
 };
 
-static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct verdict *v)
+/*
+ * The early rule for connection @i, closed at close_seen: not before its
+ * acked_start (its last echoed send, or its connect) + T, less EARLY_EPS_NS.
+ * An early close is counted and, the first SHOW of them, told as "@kind
+ * connection i closed EARLY: x ms after @since".
+ */
+static bool closed_early(struct verdict *v, const struct lconn *c, unsigned long i,
+			 uint64_t t_ns, const char *kind, const char *since, unsigned *shown)
+{
+	if (c->close_seen + EARLY_EPS_NS >= c->acked_start + t_ns)
+		return false;
+	v->early++;
+	if ((*shown)++ < SHOW)
+		printf("  %s connection %lu closed EARLY: %.3f ms after %s (T %llu ms, %s)\n",
+		       kind, i, (double)(c->close_seen - c->acked_start) / 1e6, since,
+		       (unsigned long long)(t_ns / MS),
+		       c->close_err ? strerror(c->close_err) : "EOF");
+	return true;
+}
+
+/*
+ * Judges every connection; @end is when this client last looked (a close
+ * due before it, less DUE_MARGIN_NS, must have been seen); a server found
+ * gone died at @gone_from (0: it did not), and closes seen since are its
+ * death, not its timers.
+ */
+static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t gone_from,
+		  struct verdict *v)
 {
 	uint64_t t_ns = o->idle_ms * MS, slack_ns = o->slack_ms * MS;
 	unsigned shown_missing = 0, shown_busy = 0, shown_bad = 0;
@@ -573,10 +721,13 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct v
 	v->lat = calloc(o->conns, sizeof(*v->lat));
 	if (!v->lat)
 		die("calloc", ENOMEM);
+	if (gone_from)
+		end = gone_from;
 	for (unsigned long i = 0; i < o->conns; i++) {
 		struct lconn *c = &cs[i];
-		uint64_t echo;
+		uint64_t echo, last;
 		int64_t lat, lat_min;
+		bool due;
 
 		if (c->idle)
 			v->idle++;
@@ -587,42 +738,105 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct v
 				v->not_open++;
 				continue;
 			}
+			if (local_err(c->open_err)) {
+				v->open_failed_local++;
+				v->local_err = c->open_err;
+				continue;
+			}
 			if (v->open_failed++ < SHOW)
 				printf("  connection %lu failed to open: %s\n", i,
 				       strerror(c->open_err));
 			continue;
 		}
-		if (!c->idle) {
-			if (c->closed && ++v->busy_closed && shown_busy++ < SHOW)
-				printf("  busy connection %lu closed by the server: %.3f ms after "
-				       "its last send, %.3f ms after its last echo (%s)\n", i,
-				       (double)(c->close_seen - c->last_send) / 1e6,
-				       (double)(c->close_seen - c->last_echo) / 1e6,
-				       c->close_err ? strerror(c->close_err) : "EOF");
+		/* Its first message never came back: the server never read it. */
+		if (c->sent && !c->echoed)
+			v->never_read++;
+		/* A dying server's closes are its death, not its timers. */
+		if (gone_from && c->closed && c->close_seen >= gone_from) {
+			v->gone_closed++;
 			continue;
 		}
+		if (!c->idle) {
+			if (!c->closed)
+				continue;
+			v->busy_closed++;
+			/* The early rule: the echo proves the server read that send. */
+			if (closed_early(v, c, i, t_ns, "busy", "its last echoed send",
+					 &shown_bad)) {
+				v->busy_early++;
+				continue;
+			}
+			/*
+			 * Not before its last echoed send + T: the server may
+			 * have had nothing newer, so this client's next send
+			 * came too late (its loop stalled) or never reached it.
+			 * Nothing echoed at all: the server's kernel reset it
+			 * before the server read it (a listen backlog that
+			 * overflowed), or the server never accepted it.
+			 */
+			if (c->echoed)
+				v->busy_unkept++;
+			else
+				v->busy_unread++;
+			if (shown_busy++ < SHOW) {
+				printf("  busy connection %lu closed by the server (%s) %.3f ms "
+				       "after its last echoed send or connect (T %lu ms): ", i,
+				       c->close_err ? strerror(c->close_err) : "EOF",
+				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
+				if (!c->echoed)
+					printf("nothing echoed, the server never read it\n");
+				else if (c->sent > c->echoed)
+					printf("not kept busy, its next send began %.3f ms after "
+					       "that one\n",
+					       (double)(c->unacked_start - c->acked_start) / 1e6);
+				else
+					printf("not kept busy, no send after it\n");
+			}
+			continue;
+		}
+		if (c->late_open) {
+			/*
+			 * Connected after its stop time: it sent nothing, and its
+			 * deadline is the server's accept, unseen here.  Only an
+			 * early close (before the connect began + T) tells.
+			 */
+			v->late_open++;
+			if (c->closed)
+				(void)closed_early(v, c, i, t_ns, "idle", "its connect began",
+						   &shown_bad);
+			continue;
+		}
+		/*
+		 * The server's deadline is at most its last read + T, which came
+		 * before this client read the echo (or, echo missing, after the
+		 * send: then the echo's time bounds nothing, the send's does).
+		 */
+		last = c->last_echo > c->last_send ? c->last_echo : c->last_send;
+		due = last + t_ns + slack_ns + DUE_MARGIN_NS < end;
 		if (c->racer) {
 			/* Either side may close first; the server never early. */
 			v->racers++;
-			if (c->self_closed)
+			if (c->self_closed) {
+				v->race_self++;
 				continue;
+			}
 			if (!c->closed) {
-				v->idle_missing++;
-				printf("  racing connection %lu never closed\n", i);
+				if (due) {
+					v->idle_missing++;
+					printf("  racing connection %lu never closed\n", i);
+				}
 				continue;
 			}
 			v->race_server_first++;
-			if (c->close_seen + EARLY_EPS_NS < c->acked_start + t_ns) {
-				v->early++;
-				if (shown_bad++ < SHOW)
-					printf("  racing connection %lu closed EARLY by the server: "
-					       "%.3f ms after its last send (T %lu ms)\n", i,
-					       (double)(c->close_seen - c->acked_start) / 1e6,
-					       o->idle_ms);
-			}
+			(void)closed_early(v, c, i, t_ns, "racing", "its last send", &shown_bad);
 			continue;
 		}
+		v->idle_judged++;
 		if (!c->closed) {
+			if (!due) {
+				v->not_due++;
+				continue;
+			}
 			v->idle_missing++;
 			if (shown_missing++ < SHOW)
 				printf("  idle connection %lu never closed: last send %.3f ms "
@@ -630,12 +844,19 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct v
 			continue;
 		}
 		v->idle_closed++;
+		if (!c->echoed) {
+			/* See the busy case: a reset by its kernel, no timer of it. */
+			if (!closed_early(v, c, i, t_ns, "idle",
+					  "its connect began, nothing echoed", &shown_bad))
+				v->idle_unread++;
+			continue;
+		}
 		/* Every send echoed: the server's reset came before the echo. */
 		echo = c->echoed == c->sent && c->echo_done ? c->echo_done : c->last_send;
 		lat = (int64_t)(c->close_seen - (echo + t_ns));
 		v->lat[v->nlat++] = lat;
-		/* At the earliest the close can have come. */
-		lat_min = (int64_t)(c->close_after - (echo + t_ns));
+		/* At the earliest the close can have come, as measured. */
+		lat_min = (int64_t)(c->close_est - (echo + t_ns));
 		if (lat_min > v->late_min_max)
 			v->late_min_max = lat_min;
 		if ((int64_t)(c->close_seen - (c->acked_start + t_ns)) < v->margin)
@@ -659,6 +880,57 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, struct v
 	qsort(v->lat, v->nlat, sizeof(*v->lat), cmp_i64);
 }
 
+/*
+ * Is the server's port refusing connects (the server gone)?  Waits 5 ms at
+ * most: a live server with a full backlog drops the SYN, and a blocking
+ * connect would stall this loop for the retransmit.  On loopback a
+ * refusal comes back at once.
+ */
+static bool server_refuses(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+	socklen_t len = sizeof(int);
+	int err = 0;
+
+	if (fd < 0)
+		return false;
+	if (connect(fd, (struct sockaddr *)&server_addr, sizeof(server_addr)))
+		err = errno;
+	if (err == EINPROGRESS) {
+		err = 0;
+		if (poll(&pfd, 1, 5) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
+			err = 0;
+	}
+	close(fd);
+	return err == ECONNREFUSED;
+}
+
+/* "; " between the reasons of a verdict. */
+__attribute__((format(printf, 3, 4)))
+static void add_reason(char *buf, size_t size, const char *fmt, ...)
+{
+	size_t len = strlen(buf);
+	va_list ap;
+
+	if (len && len + 2 < size) {
+		memcpy(buf + len, "; ", 3);
+		len += 2;
+	}
+	va_start(ap, fmt);
+	vsnprintf(buf + len, size - len, fmt, ap);
+	va_end(ap);
+}
+
+/* A line on stderr every --progress seconds, so that a long run shows it is alive. */
+static void progress(uint64_t elapsed_ns, unsigned long nopened, unsigned long conns,
+		     unsigned long connecting, uint64_t sends)
+{
+	fprintf(stderr, "kairos-idle-load: %.0f s: %lu open, %lu opened of %lu (%lu connecting), "
+		"%" PRIu64 " sends, closed by the server: %lu idle, %lu busy\n", elapsed_ns / 1e9,
+		nlive, nopened, conns, connecting, sends, srv_closed_idle, srv_closed_busy);
+}
+
 int main(int argc, char **argv)
 {
 	struct epoll_event evs[MAXEV];
@@ -672,13 +944,14 @@ int main(int argc, char **argv)
 	uint64_t t_start, t_end, window_ns, *pick, stalls = 0, sends = 0;
 	uint64_t sent = 0, echoed = 0;
 	unsigned long nidle, nracers, next_open = 0, connecting = 0, nopened = 0;
-	uint64_t stall_max = 0, stall_limit, stall;
-	bool other;
+	uint64_t stall_max = 0, stall_limit;
 	struct sleeper sl = { 0 };
-	const char *verdict;
-	int rc;
+	const char *verdict, *gone_why = NULL;
+	char why[1024] = "";
+	int rc, wait_cap = -1;
 	uint32_t *racers;
-	uint64_t t_opened = 0, turn, look_called = 0;
+	uint64_t t_opened = 0, turn, look_called = 0, t_look_end, gone_from = 0;
+	uint64_t next_progress = UINT64_MAX, last_probe = 0, suspect_at = 0, suspect_until = 0;
 	int epfd;
 
 	parse(argc, argv, &o);
@@ -744,6 +1017,12 @@ int main(int argc, char **argv)
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (epfd < 0)
 		die("epoll_create1", errno);
+	/* This thread's own: read in the loop, which runs on this thread. */
+	schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	if (schedstat_fd >= 0 && !sched_busy_ns()) {
+		close(schedstat_fd);
+		schedstat_fd = -1;
+	}
 	cpu0 = server_cpu();
 	if (!cpu0.ok) {
 		fprintf(stderr, "kairos-idle-load: no STATS answer from 127.0.0.1:%u\n", o.port);
@@ -753,12 +1032,23 @@ int main(int argc, char **argv)
 	       "slack %lu ms, %lu s, seed %llu\n", o.conns, nidle, o.sources,
 	       o.sources > 1 ? "es" : "", o.interval_ms, o.idle_ms, o.slack_ms, o.duration_s,
 	       (unsigned long long)o.seed);
+	if (schedstat_fd < 0) {
+		/*
+		 * No measure of how long a wake-up took: a blocking wait's
+		 * start is all that bounds a close it reports, so keep the
+		 * waits short enough for that bound to mean something.
+		 */
+		wait_cap = o.slack_ms / 4 ? (int)(o.slack_ms / 4) : 1;
+		printf("load: no /proc/thread-self/schedstat: waits capped at %d ms\n", wait_cap);
+	}
 	fflush(stdout);
 
 	if (pthread_create(&sl.thread, NULL, sleeper_main, &sl))
 		die("pthread_create", EAGAIN);
 	t_start = now_ns();
 	t_end = t_start + o.duration_s * 1000000000ull;
+	if (o.progress_s && !o.quiet)
+		next_progress = t_start + o.progress_s * 1000000000ull;
 	for (unsigned long i = 0; i < o.conns; i++)
 		if (cs[i].idle)
 			cs[i].stop_at = t_start + rng_next(&rng) % window_ns;
@@ -766,10 +1056,18 @@ int main(int argc, char **argv)
 	turn = now_ns();
 	for (;;) {
 		uint64_t now = now_ns();
+		unsigned long live_before = nlive, busy_before = srv_closed_busy;
+		unsigned long closed_before = srv_closed_idle + srv_closed_busy, closes;
 		int timeout, n;
 
 		if (now >= t_end)
 			break;
+		if (now >= next_progress) {
+			progress(now - t_start, nopened, o.conns, connecting, sends);
+			next_progress += o.progress_s * 1000000000ull;
+			if (next_progress <= now)	/* a stall of several periods: one line */
+				next_progress = now + o.progress_s * 1000000000ull;
+		}
 		/*
 		 * Start connects without waiting for them, so that a slow
 		 * accept on the server side (a SYN dropped from a full backlog
@@ -780,6 +1078,8 @@ int main(int argc, char **argv)
 				connecting < CONNECTING_MAX; b++) {
 			if (start_connect(epfd, &cs[next_open], next_open))
 				connecting++;
+			else if (cs[next_open].open_err == ECONNREFUSED)
+				gone_why = "a connect was refused";
 			next_open++;
 		}
 		now = now_ns();
@@ -801,7 +1101,7 @@ int main(int argc, char **argv)
 		}
 		now = now_ns();
 		{
-			uint64_t until = t_end;
+			uint64_t until = t_end < next_progress ? t_end : next_progress;
 
 			/* Racers close themselves about when the server's T ends. */
 			for (unsigned long r = 0; r < nracers; r++) {
@@ -815,35 +1115,61 @@ int main(int argc, char **argv)
 					close(c->fd);
 					c->fd = -1;
 					c->self_closed = true;
+					nlive--;
 				} else if (due < until) {
 					until = due;
 				}
 			}
 			if (q.len && q.due[q.head] < until)
 				until = q.due[q.head];
+			if (suspect_until > now && last_probe + PROBE_GAP_NS < until)
+				until = last_probe + PROBE_GAP_NS;	/* ask the port again */
 			timeout = until > now ? (int)((until - now + MS - 1) / MS) : 0;
 			if (next_open < o.conns && connecting < CONNECTING_MAX)
 				timeout = 0;	/* more connects to start */
+			if (wait_cap >= 0 && timeout > wait_cap)
+				timeout = wait_cap;
 		}
 		/*
 		 * A stall of this loop: a wait that returned later than asked,
 		 * or a turn whose work took long.  Either delays sends (a busy
 		 * connection may look idle) and the noticing of closes.
+		 *
+		 * Look first with a zero timeout.  Only when that finds nothing
+		 * block: then that look, just before the wait, is the last look
+		 * without any close the wait reports, and the wake-up is
+		 * measured (see wake_after).
 		 */
 		{
-			uint64_t called = now_ns(), woke;
-			uint64_t asked = called + (uint64_t)timeout * MS;
+			uint64_t called = now_ns(), woke, asked = called, busy0, busy1;
 
 			if (now > turn && now - turn > stall_max)
 				stall_max = now - turn;
-			n = epoll_wait(epfd, evs, MAXEV, timeout);
-			woke = now_ns();
+			n = epoll_wait(epfd, evs, MAXEV, 0);
+			look_called = called;
+			if (n == 0 && timeout > 0) {
+				cur_turn++;
+				look_turn = cur_turn;
+				look_at = called;
+				busy0 = sched_busy_ns();
+				called = now_ns();
+				asked = called + (uint64_t)timeout * MS;
+				n = epoll_wait(epfd, evs, MAXEV, timeout);
+				woke = now_ns();
+				busy1 = n > 0 && busy0 ? sched_busy_ns() : 0;
+				if (busy1 >= busy0 && busy1 &&
+				    woke - called > busy1 - busy0 + WAKE_EPS_NS)
+					wake_after = woke - (busy1 - busy0) - WAKE_EPS_NS;
+				look_called = called;
+			} else {
+				woke = now_ns();
+			}
 			if (woke > asked && woke - asked > stall_max)
 				stall_max = woke - asked;
 			turn = woke;
-			look_called = called;
 		}
 		if (n < 0) {
+			wake_after = 0;
 			if (errno == EINTR)
 				continue;
 			die("epoll_wait", errno);
@@ -862,22 +1188,64 @@ int main(int argc, char **argv)
 			}
 			c->seen_turn = cur_turn;
 			connecting--;
-			if (!finish_connect(epfd, c, i))
+			if (!finish_connect(epfd, c, i)) {
+				if (c->open_err == ECONNREFUSED)
+					gone_why = "a connect was refused";
 				continue;
+			}
+			nlive++;
 			if (++nopened == o.conns)
 				t_opened = now_ns();
-			/* Every connection sends once, idle ones included. */
+			/*
+			 * An idle connection connected after its stop time sends
+			 * nothing: a send now could leave its close not due by
+			 * the end.  judge() only checks it for an early close.
+			 */
+			if (c->idle && c->last_send >= c->stop_at) {
+				c->stopped = c->late_open = true;
+				continue;
+			}
+			/* Every other connection sends once, idle ones included. */
 			if (send_one(epfd, c, &stalls)) {
 				sends++;
 				fifo_push(&q, i, c->last_send + o.interval_ms * MS);
 			}
 		}
+		wake_after = 0;
 		if (n < MAXEV) {
 			look_turn = cur_turn;
 			look_at = look_called;
 		}
+		/*
+		 * A server that died closes every connection and refuses
+		 * connects: stop there, rather than judge its death as busy
+		 * connections closed and idle ones closed early.  A close that
+		 * looks like one (a busy connection's, half or more of those
+		 * open at once, the last one open) has its port asked every
+		 * PROBE_GAP_NS for SUSPECT_NS: a dying process closes its
+		 * connections before its listening socket, or after.
+		 */
+		closes = srv_closed_idle + srv_closed_busy - closed_before;
+		if (closes && (srv_closed_busy > busy_before || (live_before && !nlive) ||
+			       (closes >= 2 && closes * 2 >= live_before))) {
+			if (now_ns() > suspect_until)
+				suspect_at = turn;
+			suspect_until = now_ns() + SUSPECT_NS;
+		}
+		if (!gone_why && now_ns() < suspect_until &&
+		    now_ns() - last_probe >= PROBE_GAP_NS) {
+			last_probe = now_ns();
+			if (server_refuses())
+				gone_why = "connections closed at once and its port refuses connects";
+		}
+		if (gone_why) {
+			/* Closes seen since just before the first sign are its death. */
+			gone_from = (suspect_at ? suspect_at : turn) - GONE_WINDOW_NS;
+			break;
+		}
 	}
 	/* Closes already delivered but not yet read count too. */
+	t_look_end = now_ns();
 	for (;;) {
 		int n = epoll_wait(epfd, evs, MAXEV, 0);
 
@@ -898,29 +1266,47 @@ int main(int argc, char **argv)
 	atomic_store_explicit(&sl.stop, true, memory_order_relaxed);
 	if (pthread_join(sl.thread, NULL))
 		die("pthread_join", EINVAL);
-	judge(&o, cs, now_ns(), &v);
+	/* Before judging: a server that died late in the run refuses STATS. */
 	cpu1 = server_cpu();
+	if (!gone_why && !cpu1.ok && cpu1.err == ECONNREFUSED) {
+		gone_why = "its port refused STATS at the end";
+		/* It died about its last close, or after everything was seen. */
+		for (unsigned long i = 0; i < o.conns; i++)
+			if (cs[i].closed && cs[i].close_seen > gone_from)
+				gone_from = cs[i].close_seen;
+		gone_from = (gone_from ? gone_from : t_look_end) - GONE_WINDOW_NS;
+	}
+	judge(&o, cs, t_look_end, gone_from, &v);
 	for (unsigned long i = 0; i < o.conns; i++) {
 		sent += cs[i].sent;
 		echoed += cs[i].echoed;
 		if (cs[i].fd >= 0)
 			close(cs[i].fd);
 	}
-	if (o.quit_server)
+	if (o.quit_server && !gone_why)
 		quit_server();
 	getrusage(RUSAGE_SELF, &ru);
 
 	printf("connections: %lu opened of %lu (%lu busy, %lu idle), %lu failed to open, "
-	       "%lu not open by the end\n", nopened, o.conns, v.busy, v.idle, v.open_failed,
-	       v.not_open);
+	       "%lu not open by the end\n", nopened, o.conns, v.busy, v.idle,
+	       v.open_failed + v.open_failed_local, v.not_open);
 	if (t_opened)
 		printf("all open after %.1f ms\n", (double)(t_opened - t_start) / 1e6);
-	printf("idle closed by server: %lu of %lu (early %lu, late %lu, never %lu)\n",
-	       v.idle_closed, v.idle - v.racers, v.early, v.late, v.idle_missing);
-	printf("busy closed by server: %lu\n", v.busy_closed);
+	printf("idle closed by server: %lu of %lu (early %lu, late %lu, never %lu, not due %lu)\n",
+	       v.idle_closed, v.idle_judged, v.early - v.busy_early, v.late, v.idle_missing,
+	       v.not_due);
+	if (v.late_open)
+		printf("idle connections opened after their stop time: %lu (sent nothing; only "
+		       "checked for an early close)\n", v.late_open);
+	printf("busy closed by server: %lu", v.busy_closed);
+	if (v.busy_closed)
+		printf(" (early %lu, not kept busy by this client %lu, never read %lu)",
+		       v.busy_early, v.busy_unkept, v.busy_unread);
+	printf("\n");
 	if (v.racers)
-		printf("racing closes: %lu idle connections closed themselves near T; the "
-		       "server closed %lu of them first\n", v.racers, v.race_server_first);
+		printf("racing closes: of %lu idle connections set to close themselves near T, "
+		       "%lu did and the server closed %lu first\n", v.racers, v.race_self,
+		       v.race_server_first);
 	printf("close lateness (seen - (echo + T)): min %.3f p50 %.3f p99 %.3f max %.3f ms\n",
 	       v.nlat ? (double)v.lat[0] / 1e6 : 0.0, pct_ms(v.lat, v.nlat, 0.50),
 	       pct_ms(v.lat, v.nlat, 0.99), v.nlat ? (double)v.lat[v.nlat - 1] / 1e6 : 0.0);
@@ -928,7 +1314,7 @@ int main(int argc, char **argv)
 		printf("close lateness at the earliest the close can have come (the last look "
 		       "without it - (echo + T)): max %.3f ms\n", (double)v.late_min_max / 1e6);
 	if (v.late_seen)
-		printf("seen past the slack only because this client looked late: %lu "
+		printf("seen past the slack only because this client's loop stalled: %lu "
 		       "(not counted as late)\n", v.late_seen);
 	if (v.nlat)
 		printf("closest to early: seen %.3f ms after last echoed send + T (early below -%.3f)\n",
@@ -942,6 +1328,23 @@ int main(int argc, char **argv)
 		       (double)(cpu1.stime_us - cpu0.stime_us) / 1e6);
 	else
 		printf("server cpu during run: unavailable (no STATS answer at the end)\n");
+	if (cpu1.ok && cpu1.accept_paused > cpu0.accept_paused)
+		printf("server accept paused: %llu times (out of descriptors)\n",
+		       cpu1.accept_paused - cpu0.accept_paused);
+	if (v.never_read && !gone_why) {
+		printf("server never read %lu connections (their first message never came back): ",
+		       v.never_read);
+		if (cpu1.ok && cpu1.accept_paused > cpu0.accept_paused)
+			printf("its fd limit? (it paused accepting)\n");
+		else
+			printf("its fd limit, or a listen backlog that overflowed "
+			       "(net.core.somaxconn)?\n");
+	}
+	if (v.idle_unread)
+		printf("idle closed by server before it read anything: %lu (reset by its kernel: "
+		       "not judged for lateness)\n", v.idle_unread);
+	if (v.gone_closed)
+		printf("closed as the server went: %lu (not judged)\n", v.gone_closed);
 	printf("client cpu: user %.3f s, system %.3f s\n",
 	       ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 	       ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6);
@@ -953,37 +1356,65 @@ int main(int argc, char **argv)
 	printf("\n");
 
 	/*
-	 * A failure is blamed on the server only when this client ran on time
-	 * meanwhile.  A stall of the client or of its sleeper thread over half
-	 * the slack means threads were held up for that long: a busy
-	 * connection closed (its sends held back) or a close not yet seen
-	 * proves nothing about the timers then.  A late close already allows
-	 * for this loop's own delays (it is judged at the earliest the close
-	 * can have come), so only the sleeper's stall, the machine not running
-	 * threads at all, excuses it: the server's threads were as likely to
-	 * be stopped too.  An early close is never excused: a stall only
-	 * delays.
+	 * What the server did fails the run; what this client could not do,
+	 * or the machine held up, makes it inconclusive (see the top).  An
+	 * early close is never excused: a stall only delays.  A late close
+	 * already allows for this loop's measured delays, and a missing one
+	 * was due (its lateness is over the slack and the margin), so only
+	 * the sleeper's stall, the machine not running threads at all,
+	 * excuses them: the server's threads were as likely stopped too.
 	 */
-	other = v.open_failed || v.not_open || v.idle_missing || v.busy_closed ||
-		v.idle_closed != v.idle - v.racers;
-	stall = other && stall_max > sl.max_ns ? stall_max : sl.max_ns;
 	stall_limit = o.slack_ms * MS / 2;
-	if (!v.open_failed && !v.not_open && !v.idle_missing && !v.early && !v.late &&
-	    !v.busy_closed && v.idle_closed == v.idle - v.racers) {
-		verdict = "PASS";
-		rc = 0;
-	} else if (!v.early && !v.open_failed && stall > stall_limit) {
-		verdict = "INCONCLUSIVE";
-		rc = 3;
-	} else {
+	if (gone_why)
+		add_reason(why, sizeof(why), "server gone: %s", gone_why);
+	if (v.early)
+		add_reason(why, sizeof(why), "%lu closes early", v.early);
+	if (v.open_failed)
+		add_reason(why, sizeof(why), "%lu connects failed at the server", v.open_failed);
+	if ((v.late || v.idle_missing) && sl.max_ns <= stall_limit) {
+		if (v.late)
+			add_reason(why, sizeof(why), "%lu closes late", v.late);
+		if (v.idle_missing)
+			add_reason(why, sizeof(why), "%lu due closes missing%s", v.idle_missing,
+				   v.never_read ? " (the server never read some: its fd limit?)" : "");
+	}
+	if (why[0]) {
 		verdict = "FAIL";
 		rc = 1;
+	} else if (!nopened) {
+		fprintf(stderr, "kairos-idle-load: no connection opened (%lu failed here%s%s, %lu not "
+			"open by the end): raise the fd limit (ulimit -n), lower --conns or raise "
+			"--duration\n", v.open_failed_local, v.open_failed_local ? ": " : "",
+			v.open_failed_local ? strerror(v.local_err) : "", v.not_open);
+		rc = 2;
+		verdict = NULL;
+	} else {
+		if (v.open_failed_local)
+			add_reason(why, sizeof(why), "%lu connects failed here (%s): raise the fd "
+				   "limit (ulimit -n), lower --conns or add --sources",
+				   v.open_failed_local, strerror(v.local_err));
+		if (v.not_open)
+			add_reason(why, sizeof(why), "%lu connections not open by the end: raise "
+				   "--duration or lower --conns", v.not_open);
+		if (v.busy_unkept)
+			add_reason(why, sizeof(why), "%lu busy connections closed at or after their "
+				   "last echoed send + T: this client did not keep them busy (its "
+				   "loop stalled %.3f ms)", v.busy_unkept, stall_max / 1e6);
+		if (v.busy_unread || v.idle_unread)
+			add_reason(why, sizeof(why), "%lu connections closed before the server "
+				   "read anything (reset by its kernel: a listen backlog that "
+				   "overflowed?)", v.busy_unread + v.idle_unread);
+		if (v.late || v.idle_missing)
+			add_reason(why, sizeof(why), "the machine stalled this client %.3f ms, over "
+				   "half the slack: run it again on a quieter machine",
+				   sl.max_ns / 1e6);
+		verdict = why[0] ? "INCONCLUSIVE" : "PASS";
+		rc = why[0] ? 3 : 0;
 	}
-	printf("verdict: %s", verdict);
-	if (rc == 3)
-		printf(" (the machine stalled this client %.3f ms, over half the slack: "
-		       "run it again on a quieter machine)", stall / 1e6);
-	printf("\n");
+	if (verdict && why[0])
+		printf("verdict: %s (%s)\n", verdict, why);
+	else if (verdict)
+		printf("verdict: %s\n", verdict);
 	free(v.lat);
 	free(racers);
 	free(cs);

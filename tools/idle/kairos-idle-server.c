@@ -5,21 +5,27 @@
  * connection: armed at accept, pushed later (kairos_reset) on every read,
  * cancelled when the peer closes.
  *
- *	kairos-idle-server [--port N] [--idle MS] [--duration S] [--quiet]
+ *	kairos-idle-server [--port N] [--idle MS] [--duration S] [--progress S]
+ *			   [--quiet]
  *
  * The first line on stdout is "port N", the port it listens on (--port 0,
  * the default, lets the kernel choose), so that a script can start a load
  * client against it.  It stops after --duration seconds (0: never), on
  * SIGINT or SIGTERM, or when a connection sends "QUIT\n" as its first bytes,
  * and then prints a report (connections, CPU, the kairos counters) to
- * stdout.  A connection whose first bytes are "STATS\n" is answered with
- * one line of counters and its CPU time:
+ * stdout.  Every --progress seconds (default 10; 0 or --quiet: never) it
+ * prints one line of counters to stderr, so that a long run shows it is
+ * alive; a run shorter than that prints none.  A connection whose first
+ * bytes are "STATS\n" is answered with one line of counters and its CPU
+ * time:
  *
  *	stats accepted A idle I peer P open O utime_us U stime_us S
- *	      turn_max_us W handoff_max_us H
+ *	      turn_max_us W handoff_max_us H accept_paused X
  *
  * (on one line; W: the longest loop turn, H: the longest lateness of an
- * idle timer's callback past its deadline).
+ * idle timer's callback past its deadline, X: how often accept4() ran out
+ * of descriptors and accepting paused, which leaves connections unread in
+ * the backlog: a client sees them never echoed and never closed).
  *
  * Exit status: 0; 1 when kairos breaks a promise (an early callback, a
  * cancel or reset of a live timer that fails, armed != fired + cancelled +
@@ -53,6 +59,7 @@
  * to a pass over all the sockets.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -216,13 +223,15 @@ static bool control(struct server *sv, struct conn *c, const char *buf, ssize_t 
 		return false;
 	getrusage(RUSAGE_SELF, &ru);
 	snprintf(line, sizeof(line), "stats accepted %llu idle %llu peer %llu open %llu "
-		 "utime_us %lld stime_us %lld turn_max_us %llu handoff_max_us %llu\n",
+		 "utime_us %lld stime_us %lld turn_max_us %llu handoff_max_us %llu "
+		 "accept_paused %llu\n",
 		 (unsigned long long)sv->accepted, (unsigned long long)sv->closed_idle,
 		 (unsigned long long)sv->closed_peer, (unsigned long long)sv->open,
 		 (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec,
 		 (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec,
 		 (unsigned long long)sv->turn_max_ns / 1000,
-		 (unsigned long long)sv->late_max_ns / 1000);
+		 (unsigned long long)sv->late_max_ns / 1000,
+		 (unsigned long long)sv->accept_paused);
 	(void)send(c->fd, line, strlen(line), MSG_NOSIGNAL);
 	return true;
 }
@@ -346,7 +355,9 @@ static void usage(FILE *f)
 		"  --idle MS      idle timeout T in ms (1..3600000, default 1000)\n"
 		"  --duration S   exit after S seconds (0..86400; default 0: on SIGINT,\n"
 		"                 SIGTERM or a \"QUIT\\n\" control connection)\n"
-		"  --quiet        no report at exit\n");
+		"  --progress S   a line of counters on stderr every S seconds\n"
+		"                 (0..86400; default 10; 0: none)\n"
+		"  --quiet        no report at exit, no progress lines\n");
 }
 
 static void report(struct server *sv, const struct kairos_stats *st, int drained,
@@ -383,6 +394,19 @@ static void report(struct server *sv, const struct kairos_stats *st, int drained
 	       (unsigned long long)st->early, (unsigned long long)st->wakeups,
 	       (unsigned long long)st->timer_sets);
 	printf("server: %s\n", ok ? "ok" : "FAILED");
+}
+
+/*
+ * A line on stderr every --progress seconds: a long run shows it is alive,
+ * and a stuck accept (out of descriptors) shows while it lasts.
+ */
+static void progress(struct server *sv, uint64_t elapsed_ns)
+{
+	fprintf(stderr, "kairos-idle-server: %.0f s: open %llu, accepted %llu, closed idle %llu, "
+		"closed by peer %llu, accept paused %llu\n", elapsed_ns / 1e9,
+		(unsigned long long)sv->open, (unsigned long long)sv->accepted,
+		(unsigned long long)sv->closed_idle, (unsigned long long)sv->closed_peer,
+		(unsigned long long)sv->accept_paused);
 }
 
 /* One turn: every ready fd's event, then the expired timers. */
@@ -431,12 +455,13 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' },
 		{ "idle", required_argument, NULL, 'i' },
 		{ "duration", required_argument, NULL, 'd' },
+		{ "progress", required_argument, NULL, 'P' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t port = 0, idle_ms = 1000, duration_s = 0;
-	uint64_t stop_ns = UINT64_MAX, open_at_exit;
+	uint64_t port = 0, idle_ms = 1000, duration_s = 0, progress_s = 10;
+	uint64_t stop_ns = UINT64_MAX, open_at_exit, start_ns, progress_ns = UINT64_MAX;
 	struct rlimit rl;
 	uint16_t bound;
 	sigset_t mask;
@@ -454,6 +479,9 @@ int main(int argc, char **argv)
 			break;
 		case 'd':
 			duration_s = opt_u64("--duration", optarg, 0, 86400);
+			break;
+		case 'P':
+			progress_s = opt_u64("--progress", optarg, 0, 86400);
 			break;
 		case 'q':
 			sv->quiet = true;
@@ -498,11 +526,14 @@ int main(int argc, char **argv)
 
 	printf("port %u\n", bound);
 	if (!sv->quiet)
-		printf("idle %lu ms, backend %s, queue on shard %d\n", idle_ms, backend,
+		printf("idle %" PRIu64 " ms, backend %s, queue on shard %d\n", idle_ms, backend,
 		       kairos_queue_shard(q));
 	fflush(stdout);
+	start_ns = now_ns();
 	if (duration_s)
-		stop_ns = now_ns() + duration_s * 1000000000ull;
+		stop_ns = start_ns + duration_s * 1000000000ull;
+	if (progress_s && !sv->quiet)
+		progress_ns = start_ns + progress_s * 1000000000ull;
 
 	while (!sv->quit) {
 		uint64_t now = now_ns(), t0;
@@ -510,8 +541,17 @@ int main(int argc, char **argv)
 
 		if (now >= stop_ns)
 			break;
+		if (now >= progress_ns) {
+			progress(sv, now - start_ns);
+			progress_ns += progress_s * 1000000000ull;
+			if (progress_ns <= now)	/* a stall of several periods: one line */
+				progress_ns = now + progress_s * 1000000000ull;
+		}
 		if (stop_ns != UINT64_MAX)
 			timeout = (int)((stop_ns - now) / MS) + 1;
+		if (progress_ns != UINT64_MAX &&
+		    (timeout < 0 || (progress_ns - now) / MS + 1 < (uint64_t)timeout))
+			timeout = (int)((progress_ns - now) / MS) + 1;
 		if (sv->listen_resume_ns) {
 			if (now >= sv->listen_resume_ns) {
 				ep_ctl(sv, EPOLL_CTL_MOD, sv->lfd, EPOLLIN, &tag_listen);
