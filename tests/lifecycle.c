@@ -126,11 +126,12 @@ static void w_waits(void *arg, kairos_id id, int status)
 	rc = kairos_cancel_sync(w->k, atomic_load(&w->other));
 	/*
 	 * Returned: the other callback is over.  -EBUSY when the wait began
-	 * before the destroy; -ESHUTDOWN when the destroy had begun first (a
-	 * thread held up past the main thread's pause).
+	 * before the destroy; -ESHUTDOWN when the destroy had begun first, and
+	 * -ENOENT when the other had already returned (a thread held up past
+	 * the main thread's pause, or past the other's 300 ms).
 	 */
-	atomic_store(&w->rc, (rc == -EBUSY || rc == -ESHUTDOWN) && atomic_load(&w->other_done)
-				     ? 1 : rc < 0 ? rc : -1000);
+	atomic_store(&w->rc, (rc == -EBUSY || rc == -ESHUTDOWN || rc == -ENOENT) &&
+				     atomic_load(&w->other_done) ? 1 : rc < 0 ? rc : -1000);
 	atomic_store(&w->done, 1);
 }
 
