@@ -1239,8 +1239,12 @@ int main(int argc, char **argv)
 				gone_why = "connections closed at once and its port refuses connects";
 		}
 		if (gone_why) {
-			/* Closes seen since just before the first sign are its death. */
-			gone_from = (suspect_at ? suspect_at : turn) - GONE_WINDOW_NS;
+			/*
+			 * Closes seen since just before the first sign (of this
+			 * suspicion, not an old one that passed) are its death.
+			 */
+			gone_from = (suspect_at && now_ns() < suspect_until ? suspect_at : turn) -
+				    GONE_WINDOW_NS;
 			break;
 		}
 	}

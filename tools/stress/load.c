@@ -1284,7 +1284,6 @@ static bool do_reset(struct lthread *t)
 	return true;
 }
 
-/* Cancels a slot picked among all of the thread's: pending or ended. */
 /*
  * A cancel_sync of the slow short one-shot timer (its callback sleeps) the
  * thread armed last, that waits until the callback has started: the call
@@ -1294,14 +1293,15 @@ static bool do_reset(struct lthread *t)
  */
 static bool sync_running_oneshot(struct lthread *t)
 {
-	uint64_t now = now_ns();
+	uint64_t now = now_ns(), until;
 	struct timespec ts = { 0, 20000 };
-	uint32_t idx = t->slow_armed - 1;
-	struct slot *s = &S.slots[idx];
-	uint64_t until;
+	struct slot *s;
+	uint32_t idx;
 
 	if (!t->slow_armed || now < t->next_sync_wait)
 		return false;
+	idx = t->slow_armed - 1;
+	s = &S.slots[idx];
 	t->slow_armed = 0;
 	reap(t, idx);
 	if (s->kind != K_ONESHOT || (s->oflags & O_SHARED) ||
@@ -1321,6 +1321,7 @@ static bool sync_running_oneshot(struct lthread *t)
 	return true;
 }
 
+/* Cancels a slot picked among all of the thread's: pending or ended. */
 static void do_cancel(struct lthread *t, bool sync)
 {
 	uint32_t idx = t->lo + rng_below(&t->rng, t->hi - t->lo);
