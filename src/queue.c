@@ -756,6 +756,12 @@ static int probe_ring_fd(int fd, struct io_uring_probe *p)
 	return rc < 0 ? -errno : 0;
 }
 
+/* A probe that could not be made: its errno when it is worth a retry, else -EOPNOTSUPP. */
+static int probe_failed(int rc)
+{
+	return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? rc : -EOPNOTSUPP;
+}
+
 /*
  * 0 when the kernel has IORING_OP_MSG_RING, -EOPNOTSUPP when it has not.
  * Probed on the caller's ring @ring_fd (which needs no descriptor), or,
@@ -785,7 +791,7 @@ static int msg_ring_probe(int ring_fd)
 		if (rc) {
 			/* No ring of its own: no answer (an -EINVAL here is not one). */
 			free(p);
-			return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? rc : -EOPNOTSUPP;
+			return probe_failed(rc);
 		}
 		rc = probe_ring_fd(ring.ring_fd, p);
 		io_uring_queue_exit(&ring);
@@ -800,7 +806,7 @@ static int msg_ring_probe(int ring_fd)
 		atomic_store_explicit(&known, v, memory_order_relaxed);
 		return v > 0 ? 0 : -EOPNOTSUPP;
 	}
-	return rc == -ENOMEM || rc == -EMFILE || rc == -ENFILE ? rc : -EOPNOTSUPP;
+	return probe_failed(rc);
 }
 
 KAIROS_EXPORT int kairos_queue_ring(struct kairos_queue *q, int ring_fd)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -48,6 +49,22 @@ void *bench_alloc(size_t size)
 	}
 	memset(p, 0, rounded);
 	return p;
+}
+
+void *bench_map(size_t size)
+{
+	void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		bench_die("cannot map %zu bytes: %s", size, strerror(errno));
+	return p;
+}
+
+void bench_unmap(void *p, size_t size)
+{
+	if (munmap(p, size ? size : 1) != 0)
+		bench_die("munmap: %s", strerror(errno));
 }
 
 void rng_permutation(struct rng *r, uint32_t *v, size_t n)

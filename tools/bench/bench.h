@@ -59,6 +59,14 @@ static inline uint64_t bench_now_ns(void)
  */
 void *bench_alloc(size_t size);
 
+/*
+ * Fresh anonymous memory, mapped and not touched: only the pages written
+ * become resident, so an RSS delta counts what the writes needed.  Exits
+ * on failure; bench_unmap() takes the same @size.
+ */
+void *bench_map(size_t size);
+void bench_unmap(void *p, size_t size);
+
 static inline uint64_t bench_far_delay(struct rng *r)
 {
 	return BENCH_FAR_MIN + rng_next(r) % BENCH_FAR_SPAN;

@@ -35,7 +35,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -239,28 +238,6 @@ static void pb_fired(uint32_t slot)
 }
 
 /*
- * Arrays of per-slot handles, mapped and not touched: only the pages of the
- * slots used become resident, so the bytes row counts what N timers need.
- */
-static void *pb_map(size_t size)
-{
-	void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-	if (p == MAP_FAILED) {
-		fprintf(stderr, "kairos-bench: cannot map %zu bytes\n", size);
-		exit(1);
-	}
-	return p;
-}
-
-static void pb_unmap(void *p, size_t size)
-{
-	if (munmap(p, size ? size : 1) != 0)
-		bench_die("munmap failed");
-}
-
-/*
  * --settle-all: the columns without threads of their own pause before each
  * timed phase as kairos's do (bench_settle(): one 5 ms sleep when nothing
  * else runs), so that every column starts each phase after the same pause.
@@ -399,7 +376,7 @@ static void pk_setup(size_t cap)
 	if (rc)
 		bench_die("kairos_create: %s", strerror(-rc));
 	pk_cap = cap;
-	pk_id = pb_map(cap * sizeof(*pk_id));
+	pk_id = bench_map(cap * sizeof(*pk_id));
 }
 
 static void pk_arm(uint32_t slot, uint64_t delay_ns)
@@ -485,7 +462,7 @@ static void pk_teardown(size_t pending)
 	if (st.fired != pb_lat_n || st.early != 0)
 		bench_die("kairos: stats fired %" PRIu64 " early %" PRIu64 ", expected %u and 0",
 			  st.fired, st.early, pb_lat_n);
-	pb_unmap(pk_id, pk_cap * sizeof(*pk_id));
+	bench_unmap(pk_id, pk_cap * sizeof(*pk_id));
 	pk_k = NULL;
 }
 
@@ -658,7 +635,7 @@ static void pe_setup(size_t cap)
 	if (!pe_loop)
 		bench_die("ev_loop_new failed");
 	pe_cap = cap;
-	pe_w = pb_map(cap * sizeof(*pe_w));
+	pe_w = bench_map(cap * sizeof(*pe_w));
 }
 
 static void pe_arm(uint32_t slot, uint64_t delay_ns)
@@ -743,7 +720,7 @@ static void pe_lazy_cb(struct ev_loop *loop, ev_timer *w, int revents)
 static void pe_lazy_arm(size_t n)
 {
 	pe_lazy_n = n;
-	pe_lazy = pb_map(n * sizeof(*pe_lazy));
+	pe_lazy = bench_map(n * sizeof(*pe_lazy));
 	for (size_t i = 0; i < n; i++) {
 		struct pe_conn *c = &pe_lazy[i];
 
@@ -763,7 +740,7 @@ static void pe_lazy_end(void)
 {
 	for (size_t i = 0; i < pe_lazy_n; i++)
 		ev_timer_stop(pe_loop, &pe_lazy[i].w);
-	pb_unmap(pe_lazy, pe_lazy_n * sizeof(*pe_lazy));
+	bench_unmap(pe_lazy, pe_lazy_n * sizeof(*pe_lazy));
 	pe_lazy = NULL;
 	pe_lazy_n = 0;
 }
@@ -794,7 +771,7 @@ static void pe_teardown(size_t pending)
 	/* Active watchers need no stopping: the loop and its heap just go. */
 	ev_loop_destroy(pe_loop);
 	pe_loop = NULL;
-	pb_unmap(pe_w, pe_cap * sizeof(*pe_w));
+	bench_unmap(pe_w, pe_cap * sizeof(*pe_w));
 }
 
 static void pe_describe(char *buf, size_t len)
@@ -874,7 +851,7 @@ static void pu_setup(size_t cap)
 	if (rc)
 		bench_die("uv_timer_init: %s", uv_strerror(rc));
 	pu_cap = cap;
-	pu_t = pb_map(cap * sizeof(*pu_t));
+	pu_t = bench_map(cap * sizeof(*pu_t));
 }
 
 static void pu_arm(uint32_t slot, uint64_t delay_ns)
@@ -954,7 +931,7 @@ static void pu_teardown(size_t pending)
 	rc = uv_loop_close(&pu_loop);
 	if (rc)
 		bench_die("uv_loop_close: %s", uv_strerror(rc));
-	pb_unmap(pu_t, pu_cap * sizeof(*pu_t));
+	bench_unmap(pu_t, pu_cap * sizeof(*pu_t));
 }
 
 static void pu_describe(char *buf, size_t len)
@@ -1013,7 +990,7 @@ static void pv_setup(size_t cap)
 	if (!pv_base)
 		bench_die("event_base_new failed");
 	pv_cap = cap;
-	pv_ev = pb_map(cap * sizeof(*pv_ev));
+	pv_ev = bench_map(cap * sizeof(*pv_ev));
 }
 
 static void pv_arm(uint32_t slot, uint64_t delay_ns)
@@ -1083,7 +1060,7 @@ static void pv_teardown(size_t pending)
 			event_free(pv_ev[i]);
 	event_base_free(pv_base);
 	pv_base = NULL;
-	pb_unmap(pv_ev, pv_cap * sizeof(*pv_ev));
+	bench_unmap(pv_ev, pv_cap * sizeof(*pv_ev));
 }
 
 static void pv_describe(char *buf, size_t len)
@@ -1148,7 +1125,7 @@ static void pt_setup(size_t cap)
 	if (pt_ep < 0)
 		bench_die("epoll_create1: %s", strerror(errno));
 	pt_cap = cap;
-	pt_fd = pb_map(cap * sizeof(*pt_fd));
+	pt_fd = bench_map(cap * sizeof(*pt_fd));
 }
 
 static void pt_arm(uint32_t slot, uint64_t delay_ns)
@@ -1223,7 +1200,7 @@ static void pt_teardown(size_t pending)
 	if (close(pt_ep) != 0)
 		bench_die("close: %s", strerror(errno));
 	pt_ep = -1;
-	pb_unmap(pt_fd, pt_cap * sizeof(*pt_fd));
+	bench_unmap(pt_fd, pt_cap * sizeof(*pt_fd));
 }
 
 static void pt_describe(char *buf, size_t len)

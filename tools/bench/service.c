@@ -72,7 +72,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -892,23 +891,6 @@ static uint64_t sb_mixed(struct kairos *k, kairos_id *pool, struct rng *r, size_
 	return t1 - t0;
 }
 
-/* Fresh anonymous memory, not touched here: resident only once written. */
-static void *sb_map(size_t size)
-{
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-	if (p == MAP_FAILED)
-		bench_die("cannot map %zu bytes: %s", size, strerror(errno));
-	return p;
-}
-
-static void sb_unmap(void *p, size_t size)
-{
-	if (munmap(p, size) != 0)
-		bench_die("munmap: %s", strerror(errno));
-}
-
 static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 		    const char *label, double *row)
 {
@@ -936,7 +918,7 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	 * baseline and left untouched: the arms fault in their pages, so that
 	 * the 8 B a caller keeps per timer are in the delta (all in).
 	 */
-	pool = sb_map(pool_bytes);
+	pool = bench_map(pool_bytes);
 	sb_progress(n, label, "memory");
 	for (size_t i = 0; i < n; i++)
 		err |= kairos_arm(k, l->delay[i], sb_stray_cb, NULL, &pool[i]);
@@ -979,7 +961,7 @@ static void sb_held(const struct sb_opts *o, struct sb_lists *l, struct rng *r,
 	sb_no_strays("idle");
 	sb_destroy(k, st1.pending, "memory");
 	/* Resident after destroy: kairos's share only, as the caller frees its ids. */
-	sb_unmap(pool, pool_bytes);
+	bench_unmap(pool, pool_bytes);
 	rss3 = bench_rss_bytes();
 	row[SB_BYTES_AFTER] = ((double)rss3 - (double)rss0) / (double)n;
 }
