@@ -111,19 +111,36 @@ static pthread_mutex_t viol_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct stress S;
 
-void violation(enum viol v, const char *fmt, ...)
+static void vviolation(enum viol v, uint64_t count, const char *fmt, va_list ap)
 {
-	uint64_t n = atomic_fetch_add_explicit(&viols[v].count, 1, memory_order_relaxed);
-	va_list ap;
+	uint64_t n = atomic_fetch_add_explicit(&viols[v].count, count, memory_order_relaxed);
 
 	if (n >= VIOL_EXAMPLES)
 		return;
 	/* Rare: a lock keeps the examples whole for the report. */
 	pthread_mutex_lock(&viol_lock);
-	va_start(ap, fmt);
 	vsnprintf(viols[v].example[n], sizeof(viols[v].example[n]), fmt, ap);
-	va_end(ap);
 	pthread_mutex_unlock(&viol_lock);
+}
+
+void violation(enum viol v, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vviolation(v, 1, fmt, ap);
+	va_end(ap);
+}
+
+/* @count violations found by one check, with one example. */
+static __attribute__((format(printf, 3, 4)))
+void violation_n(enum viol v, uint64_t count, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vviolation(v, count, fmt, ap);
+	va_end(ap);
 }
 
 uint64_t violations_total(void)
@@ -376,17 +393,22 @@ static void deliver(void *arg, kairos_id id, int status, uint64_t now, struct qd
 			  "slot %" PRIu32 ": %s timer %#" PRIx64 " %s after %s", idx,
 			  periodic ? "periodic" : "one-shot", id, taken ? "taken" : "started",
 			  cur & F_CANCELLED ? "a cancel returned 0" : "cancel_sync returned");
-	/* Acquire pairs with the release of the previous call's end. */
-	if (atomic_exchange_explicit(&s->running, 1, memory_order_acquire))
-		violation(V_CONCURRENT, "slot %" PRIu32 ": timer %#" PRIx64
-			  " called while its previous call runs", idx, id);
 	/*
 	 * Release: the library marked the timer running before this; an owner
 	 * that sees the count (acquire) and then calls reset or cancel must get
-	 * an answer for a started callback, never 0.
+	 * an answer for a started callback, never 0.  Counted before @running
+	 * is set: an owner that sees the call running sees it counted.  A call
+	 * the flags above said came after its timer's end has its violation
+	 * and is not counted: after the flag's store the owner only measures
+	 * the calls that its check could not see (end_check()).
 	 */
-	if (atomic_fetch_add_explicit(&s->runs, 1, memory_order_release) && !periodic)
+	if (!(cur & (F_CANCELLED | F_NO_START | F_KEYED)) &&
+	    atomic_fetch_add_explicit(&s->runs, 1, memory_order_release) && !periodic)
 		violation(V_TWICE, "slot %" PRIu32 ": one-shot timer %#" PRIx64 " ran twice", idx, id);
+	/* Acquire pairs with the release of the previous call's end; release: the count. */
+	if (atomic_exchange_explicit(&s->running, 1, memory_order_acq_rel))
+		violation(V_CONCURRENT, "slot %" PRIu32 ": timer %#" PRIx64
+			  " called while its previous call runs", idx, id);
 	/*
 	 * A taken entry has ended (or gone on) already: sleeping here holds up
 	 * nothing.  A slow periodic one sleeps in its check below.
@@ -534,20 +556,25 @@ void count(struct lthread *t, enum api_call a, int rc)
 
 /* ---- ending timers -------------------------------------------------------- */
 
-void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
+/*
+ * slot_free_at - ends slot @idx's timer as @end; @runs is its count of
+ * calls when the library said it had ended (a cancel's 0 or cancel_sync's
+ * return), before the owner stored the flag that the calls check.
+ */
+static void slot_free_at(struct lthread *t, uint32_t idx, enum slot_end end, uint32_t runs)
 {
 	struct slot *s = &S.slots[idx];
 
 	/*
 	 * Ended as the library said: no call of this timer starts from here
-	 * on, checked when the slot is armed again (slot_prepare()).  Not
-	 * for a timer a key call may have ended, whose end another thread's
-	 * call decided.
+	 * on, checked when the slot is armed again, or by the final sweep
+	 * (end_check()).  Not for a timer a key call may have ended, whose
+	 * end another thread's call decided.
 	 */
 	s->runs_end = 0;
 	if ((end == E_FIRED || end == E_CANCELLED || end == E_STOPPED) && !s->key &&
 	    !(s->oflags & O_SHARED))
-		s->runs_end = atomic_load_explicit(&s->runs, memory_order_acquire) + 1;
+		s->runs_end = runs + 1;
 	if (s->key)
 		key_forget(t, idx);
 	s->key = 0;
@@ -562,6 +589,12 @@ void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
 	fq_push(t, idx);
 }
 
+void slot_free(struct lthread *t, uint32_t idx, enum slot_end end)
+{
+	/* Acquire pairs with the calls' increments. */
+	slot_free_at(t, idx, end, atomic_load_explicit(&S.slots[idx].runs, memory_order_acquire));
+}
+
 /* Checks the one run of one-shot timer @idx: once, not early, not stalled; records its lateness. */
 static void check_run(struct lthread *t, uint32_t idx)
 {
@@ -572,7 +605,8 @@ static void check_run(struct lthread *t, uint32_t idx)
 	uint64_t taken = atomic_load_explicit(&s->taken_ns, memory_order_relaxed);
 	uint64_t bound = key_bound(s);
 
-	if (runs != 1 || drains)
+	/* A second call was reported as it started (V_TWICE). */
+	if (!runs || drains)
 		violation(V_LOST, "slot %" PRIu32 ": one-shot timer %#" PRIx64
 			  " ended %" PRIu32 " times by running and %" PRIu32 " by draining",
 			  idx, s->id, runs, drains);
@@ -687,21 +721,50 @@ void reap(struct lthread *t, uint32_t idx)
 
 /* ---- the operations --------------------------------------------------------- */
 
+/*
+ * end_check - the calls of slot @s's last timer (@cur its word) that
+ * started after the library said it had ended and that the calls' own
+ * check could not see: each read the slot's flags before the owner stored
+ * the end's flag, and was counted in @runs (a call that saw the flag was
+ * reported then, and not counted).  @runs_end holds the count when the
+ * library said it had ended, taken before that store: a call that came
+ * between the library's word and the flag's store, or read the flags
+ * before it and counted after, is found here, once.  A one-shot timer's
+ * second call is reported as it starts (V_TWICE): only a first one, of a
+ * timer cancelled before any call, is left to this check.  Checked once:
+ * an arm that fails, or a refused keyed arm, puts the slot back without
+ * ending a timer.
+ */
+static void end_check(struct slot *s, uint64_t cur)
+{
+	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
+	uint32_t base, late;
+
+	if (!s->runs_end)
+		return;
+	base = s->runs_end - 1;
+	s->runs_end = 0;
+	if (runs <= base)
+		return;
+	late = (cur & F_PERIODIC) ? runs - base : !base;
+	if (!late)
+		return;
+	violation_n(s->last_end == E_CANCELLED ? V_AFTER_CANCEL :
+		    s->last_end == E_STOPPED ? V_AFTER_STOP : V_TWICE, late,
+		    "slot %td: %s timer %#" PRIx64 " started %" PRIu32 " times after %s, each"
+		    " unseen by the callback's check (it read the slot's flags first)",
+		    s - S.slots, (cur & F_PERIODIC) ? "periodic" : "one-shot", s->id, late,
+		    s->last_end == E_FIRED ? "it ran" : s->last_end == E_CANCELLED ?
+		    "a cancel returned 0" : "a cancel said it had stopped");
+}
+
 /* Resets a slot's shared words for a new timer of epoch @epoch, for queue @qno - 1 or workers. */
 uint32_t slot_prepare(struct slot *s, bool periodic, bool slow, uint32_t qno)
 {
 	uint64_t old = atomic_load_explicit(&s->cur, memory_order_relaxed);
 	uint32_t epoch = cur_epoch(old) + 1;
-	uint32_t runs = atomic_load_explicit(&s->runs, memory_order_acquire);
 
-	if (s->runs_end && runs != s->runs_end - 1)
-		violation(V_AFTER_END, "slot %td: a %s timer ran %" PRIu32 " more times after it"
-			  " ended (%s)", s - S.slots, (old & F_PERIODIC) ? "periodic" : "one-shot",
-			  runs - (s->runs_end - 1),
-			  s->last_end == E_FIRED ? "fired" : s->last_end == E_CANCELLED ?
-			  "a cancel returned 0" : "stopped");
-	/* Checked once: an arm that fails puts the slot back without ending a timer. */
-	s->runs_end = 0;
+	end_check(s, old);
 	atomic_store_explicit(&s->runs, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->drains, 0, memory_order_relaxed);
 	atomic_store_explicit(&s->done, 0, memory_order_relaxed);
@@ -1037,7 +1100,8 @@ static void cancel_oneshot_end(struct lthread *t, uint32_t idx, const struct cal
 		/* Release: a callback that starts after this sees the flag. */
 		atomic_fetch_or_explicit(&s->cur, F_CANCELLED, memory_order_release);
 		t->t.cancelled++;
-		slot_free(t, idx, E_CANCELLED);
+		/* Measured from before the call: a callback that started since is late. */
+		slot_free_at(t, idx, E_CANCELLED, runs);
 		return;
 	case -EBUSY:
 		if (!sync) {
@@ -1176,7 +1240,8 @@ static void stop_periodic(struct lthread *t, uint32_t idx, bool sync)
 	uint32_t p1 = queue_pause(qno);
 	uint64_t due = periodic_due(s), before = now_ns();
 	int rc = sync ? kairos_cancel_sync(S.k, s->id) : kairos_cancel(S.k, s->id);
-	uint32_t runs;
+	/* The calls made before its answer: acquire pairs with their increments. */
+	uint32_t ran = atomic_load_explicit(&s->runs, memory_order_acquire), runs;
 
 	count(t, sync ? A_CANCEL_SYNC : A_CANCEL, rc);
 	if (qno && paused_call(t, idx, p1, before, due) && rc && !stopping)
@@ -1191,6 +1256,12 @@ static void stop_periodic(struct lthread *t, uint32_t idx, bool sync)
 	queue_fence(t, qno);
 	switch (rc) {
 	case 0:
+		/*
+		 * Its calls when the cancel found it pending: a call that came
+		 * after is late.  A queue's timer's, once what a take handed
+		 * out before is checked (above).
+		 */
+		runs = qno ? atomic_load_explicit(&s->runs, memory_order_acquire) : ran;
 		pending_late(t, idx, fn, before, due);
 		if (stopping)
 			violation(V_RC, "slot %" PRIu32 ": %s of periodic timer %#" PRIx64
@@ -1198,11 +1269,14 @@ static void stop_periodic(struct lthread *t, uint32_t idx, bool sync)
 		else
 			t->t.pcancelled++;
 		/* Between runs: nothing may be running. */
-		if (atomic_load_explicit(&s->running, memory_order_acquire))
+		if (atomic_load_explicit(&s->running, memory_order_acquire)) {
 			violation(V_AFTER_STOP, "slot %" PRIu32 ": periodic timer %#" PRIx64
 				  " running after %s returned 0", idx, s->id, fn);
+			/* That call is reported: counted before it was running (on_timer). */
+			runs = atomic_load_explicit(&s->runs, memory_order_acquire);
+		}
 		atomic_fetch_or_explicit(&s->cur, F_CANCELLED, memory_order_release);
-		slot_free(t, idx, E_CANCELLED);
+		slot_free_at(t, idx, E_CANCELLED, runs);
 		return;
 	case -EBUSY:
 		if (!stopping) {
@@ -1240,7 +1314,8 @@ static void stop_periodic(struct lthread *t, uint32_t idx, bool sync)
 			  " ran %" PRIu32 " times after kairos_cancel said -EBUSY (at most 1 allowed)",
 			  idx, s->id, runs - s->allowed + 1);
 	atomic_fetch_or_explicit(&s->cur, F_NO_START, memory_order_release);
-	slot_free(t, idx, E_STOPPED);
+	/* Measured from the count just checked: a call that came after it is late. */
+	slot_free_at(t, idx, E_STOPPED, runs);
 }
 
 static bool do_arm(struct lthread *t)
@@ -1955,29 +2030,27 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 	default:
 		break;
 	}
-	/* Ended earlier: what the counters say must not have changed since. */
+	/*
+	 * Ended earlier: what the counters say must not have changed since.
+	 * What the calls' own checks reported is not counted again: a call
+	 * or a drain that saw the end's flag (stored before kairos_destroy()
+	 * began) had its violation and left @runs as it was, and a one-shot
+	 * timer's second call was reported as it started.
+	 */
 	switch (s->last_end) {
 	case E_CANCELLED:
-		/* A periodic timer ran before its cancel; a callback after it was reported. */
-		if (drains || (runs && !(atomic_load(&s->cur) & F_PERIODIC)))
-			violation(V_AFTER_CANCEL, "slot %" PRIu32 ": timer %#" PRIx64
-				  " cancelled (a cancel returned 0) but also ran %" PRIu32
-				  " times and was drained %" PRIu32 " times", idx, s->id, runs, drains);
+	case E_STOPPED:
+		end_check(s, atomic_load(&s->cur));
 		break;
 	case E_FIRED:
-		if (runs != 1 || drains)
+		/* Drained after it ran, with no flag to tell the drain's check. */
+		if (drains && !(atomic_load(&s->cur) & F_NO_START))
 			violation(V_TWICE, "slot %" PRIu32 ": one-shot timer %#" PRIx64
-				  " ran %" PRIu32 " times and was drained %" PRIu32 " times",
-				  idx, s->id, runs, drains);
-		break;
-	case E_STOPPED:
-		if (drains)
-			violation(V_AFTER_STOP, "slot %" PRIu32 ": periodic timer %#" PRIx64
-				  " stopped by a cancel but drained too", idx, s->id);
+				  " ran and was drained %" PRIu32 " times", idx, s->id, drains);
 		break;
 	case E_KEYED:
 	case E_REFUSED:
-		if (runs || drains)
+		if (runs || (drains && !(atomic_load(&s->cur) & F_KEYED)))
 			violation(V_KEY, "slot %" PRIu32 ": timer %#" PRIx64 " %s, but ran %" PRIu32
 				  " times and was drained %" PRIu32 " times", idx, s->id,
 				  end_name(s->last_end), runs, drains);

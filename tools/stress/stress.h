@@ -230,7 +230,9 @@ struct slot {
 				 * returned, less its delay; the library's run k is due
 				 * by t0_hi + k * period (+ two ticks) */
 	uint32_t sched_base;	/* periodic: @sched when its schedule was last set */
-	uint32_t runs_end;	/* @runs when its last timer ended, + 1; 0: not checked */
+	uint32_t runs_end;	/* @runs when the library said its last timer ended
+				 * (before the end's flag was stored), + 1; 0: not
+				 * checked (end_check()) */
 	uint32_t pos;		/* index in the owner's live or periodic list */
 	uint32_t allowed;	/* periodic, O_STOPPING: the most runs it may reach */
 	uint32_t key;		/* one-shot: its key's number + 1 (keys.c); 0: none */
@@ -251,7 +253,8 @@ struct slot {
 	_Atomic uint64_t covered;	/* periodic: periods covered by its calls so far */
 	_Atomic uint64_t start_ns;	/* one-shot: when its callback started */
 	_Atomic uint64_t taken_ns;	/* one-shot, taken: the deadline the entry carried */
-	_Atomic uint32_t runs;		/* calls with status > 0 */
+	_Atomic uint32_t runs;		/* calls with status > 0, but for those that saw
+					 * F_CANCELLED, F_NO_START or F_KEYED (reported) */
 	_Atomic uint32_t drains;	/* calls with -ECANCELED */
 	_Atomic uint32_t done;		/* one-shot: its callback has returned (release) */
 	_Atomic uint32_t running;	/* a call is in progress */
