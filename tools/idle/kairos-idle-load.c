@@ -23,7 +23,9 @@
  *     connection whose connect finished after its stop time sends nothing
  *     and is only checked for an early close (its deadline is the
  *     server's accept, which this side does not see);
- *   - no busy connection was closed by the server;
+ *   - no busy connection was closed by the server, and no connection
+ *     closed while a send of it that the server never echoed was in
+ *     before the server's deadline (see next_send());
  *   - no close was early: seen before send + T - 1 ms (a close seen that
  *     early certainly happened before the server's deadline);
  *   - no close was late: came after echo + T + slack (default 1 tick of
@@ -40,9 +42,10 @@
  * the start of a turn a whole --interval (or, with nothing to send, seconds)
  * earlier.  And a close that woke a blocking wait came no earlier than the
  * wait's return less the time this thread spent runnable or running during
- * the wait (run_delay and CPU time from /proc/thread-self/schedstat): the
- * rest of the wait it slept, and the close would have woken it.  A close
- * counts as late only when that earliest moment is past echo + T + slack.
+ * the wait (run_delay from /proc/thread-self/schedstat, CPU time from
+ * CLOCK_THREAD_CPUTIME_ID): the rest of the wait it slept, and the close
+ * would have woken it.  A close counts as late only when that earliest
+ * moment is past echo + T + slack.
  * One seen past the slack but not shown late is a close this client
  * noticed late because its loop measurably stalled (a long turn, or a
  * wake-up that waited for a CPU): those are counted and reported, not
@@ -71,19 +74,24 @@
  * A loaded machine makes the server or this client late, never early.  So
  * the verdict is FAIL (exit 1) only for what the server did: a close early
  * (idle or busy), a close late or a due close missing while the sleeper ran
- * on time, a connect it refused or timed out, its going away (a connect
- * refused, or connections closing as a dead process's do and its port
- * refusing).  It is INCONCLUSIVE (exit 3) for what this client failed to
- * do or the machine held up: connections it could not open (its own
+ * on time, a close of a connection (busy or idle) with a send in: one the
+ * server never echoed that had reached it before the earliest deadline it
+ * can have had (its last echoed send, or connect, + T), a connection it
+ * closed in order (EOF: so it had accepted it) without echoing anything
+ * sent in time, a connect it refused or timed out, its going away (a
+ * connect refused, or connections closing as a dead process's do and its
+ * port refusing).  It is INCONCLUSIVE (exit 3) for what this client failed
+ * to do or the machine held up: connections it could not open (its own
  * descriptor or port limits) or had not opened by the end; a busy
- * connection the server closed at or after its last echoed send + T (this
- * client's next send came too late, so it was not kept busy); a connection
- * reset before the server read anything (its kernel's listen backlog
- * overflowed: no timer of the server's was involved); late or missing
- * closes while the sleeper stalled over half the slack (the server's
- * threads were as likely held up).  Nothing opened at all is exit 2, with a
- * hint.  Every --progress seconds (default 10; --quiet: never) a line of
- * counters goes to stderr.
+ * connection the server closed whose next send began T or more after the
+ * last echoed one returned (this client's loop came too late, so it was
+ * not kept busy), or was under way at the deadline (too close to call); a
+ * connection reset (an error, not EOF) before the server read anything
+ * (its kernel's listen backlog overflowed: no timer of the server's was
+ * involved); late or missing closes while the sleeper stalled over half
+ * the slack (the server's threads were as likely held up).  Nothing opened
+ * at all is exit 2, with a hint.  Every --progress seconds (default 10;
+ * --quiet: never) a line of counters goes to stderr.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -118,7 +126,7 @@
 #define CONNECT_TURN	32	/* connects started per loop turn (~80 us each) */
 #define EARLY_EPS_NS	(1 * MS)	/* loopback transit allowance */
 #define DUE_MARGIN_NS	(10 * MS)	/* a close due this near the end may be in flight */
-#define WAKE_EPS_NS	(100 * 1000ull)	/* a wake-up's CPU time schedstat lacks yet */
+#define WAKE_EPS_NS	(100 * 1000ull)	/* a wake-up's own latency (see the wait) */
 #define GONE_WINDOW_NS	(100 * MS)	/* closes this near a server's death: its death */
 #define SUSPECT_NS	(500 * MS)	/* how long a death-like close keeps the port asked */
 #define PROBE_GAP_NS	(10 * MS)	/* ... at most once per */
@@ -143,7 +151,10 @@ struct lconn {
 	uint64_t last_send;	/* when the last send returned */
 	uint64_t send_start;	/* when the last send was called */
 	uint64_t acked_start;	/* send_start of the last send echoed back */
+	uint64_t acked_end;	/* ... and when it returned (or connect seen) */
 	uint64_t unacked_start;	/* send_start of the first send after that one */
+	uint64_t unacked_end;	/* ... and when it returned */
+	uint64_t acked_bytes;	/* bytes sent before it (all echoed then) */
 	uint64_t last_echo;	/* when echo bytes were last read */
 	uint64_t echo_done;	/* when every byte sent had been echoed */
 	uint64_t close_seen;	/* when the close was seen */
@@ -328,10 +339,11 @@ static uint64_t look_turn, look_at, cur_turn;
 
 /*
  * Set while the events of a blocking wait are handled: the wait's return
- * less what this thread spent runnable or running during it.  The event
- * that woke the wait came no earlier (until then the thread slept, and
- * any ready connection would have woken it), and every other event it
- * reports came after that one.  0: not a blocking wait, or not measured.
+ * less what this thread spent runnable or running during it, and less
+ * WAKE_EPS_NS (see the wait).  The event that woke the wait came no
+ * earlier (until then the thread slept, and any ready connection would
+ * have woken it), and every other event it reports came after that one.
+ * 0: not a blocking wait, or not measured.
  */
 static uint64_t wake_after;
 
@@ -339,27 +351,46 @@ static uint64_t wake_after;
 static unsigned long nlive, srv_closed_idle, srv_closed_busy;
 
 /*
- * This thread's CPU time + run_delay (time runnable but not running), in
- * ns, from /proc/thread-self/schedstat; 0 when that cannot be read (a
- * kernel without CONFIG_SCHED_INFO shows "0 0 0" or no file).
+ * This thread's run_delay (time runnable but not running), in ns, from
+ * /proc/thread-self/schedstat; false when that cannot be read (a kernel
+ * without CONFIG_SCHED_INFO shows "0 0 0" or no file; the third number,
+ * how often the thread got a CPU, is never 0 for a thread reading it, the
+ * first two are before its first tick or wait).  run_delay is whole while
+ * the thread runs: a wait for a CPU is added when the CPU is given.  The
+ * CPU time beside it is not: it is summed at the scheduler's updates (a
+ * tick, a switch) and lacks the slice running now, which just after a
+ * wake-up is all the wait did since, such as copying out 4096 events;
+ * thread_cpu_ns() has it.
  */
 static int schedstat_fd = -1;
 
-static uint64_t sched_busy_ns(void)
+static bool sched_delay_ns(uint64_t *delay)
 {
-	unsigned long long cpu, delay;
+	unsigned long long cpu, d, runs;
 	char buf[96];
 	ssize_t n;
 
 	if (schedstat_fd < 0)
-		return 0;
+		return false;
 	n = pread(schedstat_fd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
-		return 0;
+		return false;
 	buf[n] = '\0';
-	if (sscanf(buf, "%llu %llu", &cpu, &delay) != 2)
-		return 0;
-	return cpu + delay;
+	if (sscanf(buf, "%llu %llu %llu", &cpu, &d, &runs) != 3 || !runs)
+		return false;
+	*delay = d;
+	return true;
+}
+
+/* This thread's CPU time to the nanosecond, the running slice included. */
+static bool thread_cpu_ns(uint64_t *ns)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return false;
+	*ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return true;
 }
 
 /* The server closed connection @c (seen now). */
@@ -409,6 +440,7 @@ static void on_readable(int epfd, struct lconn *c)
 			if (c->echoed == c->sent) {
 				c->echo_done = c->last_echo;
 				c->acked_start = c->send_start;
+				c->acked_end = c->last_send;
 			}
 			continue;
 		}
@@ -429,10 +461,13 @@ static bool send_one(int epfd, struct lconn *c, uint64_t *stalls)
 	ssize_t n = send(c->fd, MSG, MSG_LEN, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 	if (n == MSG_LEN) {
-		if (c->sent == c->echoed)
-			c->unacked_start = start;
 		c->send_start = start;
 		c->last_send = now_ns();
+		if (c->sent == c->echoed) {
+			c->unacked_start = start;
+			c->unacked_end = c->last_send;
+			c->acked_bytes = c->sent;
+		}
 		c->sent += MSG_LEN;
 		return true;
 	}
@@ -655,7 +690,7 @@ static bool finish_connect(int epfd, struct lconn *c, unsigned long i)
 	if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev))
 		die("epoll_ctl mod", errno);
 	c->opened = true;
-	c->send_start = c->last_send = c->last_echo = now_ns();
+	c->send_start = c->last_send = c->last_echo = c->acked_end = now_ns();
 	return true;
 }
 
@@ -672,7 +707,11 @@ struct verdict {
 	unsigned long idle_judged;	/* opened in time, not racing */
 	unsigned long idle_closed, idle_missing, not_due, late_open, early, late;
 	unsigned long busy_closed, busy_early, busy_unkept, busy_unread;
-	unsigned long idle_unread;	/* closed, nothing echoed, not early */
+	unsigned long busy_in, idle_in;	/* closed busy: a send was in (next_send()) */
+	unsigned long busy_unread_eof, idle_unread_eof;	/* ... and nothing echoed, EOF */
+	unsigned long busy_at;	/* a send under way at the deadline */
+	unsigned long idle_unread;	/* reset, nothing echoed, not early */
+	unsigned long idle_unkept;	/* EOF, nothing echoed, its first send not in */
 	unsigned long late_seen;	/* seen past the slack, not shown late */
 	unsigned long racers, race_self, race_server_first;
 	unsigned long never_read;	/* sent to, never echoed: never read */
@@ -703,6 +742,81 @@ static bool closed_early(struct verdict *v, const struct lconn *c, unsigned long
 	return true;
 }
 
+/* What a close says of the first send that never came back (next_send()). */
+enum next {
+	NEXT_NONE,	/* every send came back */
+	NEXT_IN,	/* in before the earliest deadline: the server's fault */
+	NEXT_AT,	/* under way at the deadline: too close to call */
+	NEXT_AFTER,	/* begun T after the one before: not kept busy */
+};
+
+/* The times next_send() judged by, for the lines that tell them. */
+struct next_times {
+	uint64_t lo, hi;	/* the server's deadline, no earlier; a send begun at hi is late */
+	uint64_t from, to;	/* the send: begun no earlier, in by */
+};
+
+/*
+ * Connection @c was closed by the server, not early, with sends it never
+ * echoed: was the first of those in before the server's deadline?
+ *
+ * The server's deadline is its last read + T, no earlier than the start of
+ * the last send that came back + T (its bytes cannot be read before they
+ * are sent); with nothing echoed, its accept + T, no earlier than the
+ * connect began + T.  The first send that never came back is one it never
+ * read (it echoes what it reads at once, before any close): its bytes
+ * reached the server's socket after the send began and, on loopback, by
+ * the time send() returned (the softirq that the send runs on its way out
+ * delivers them; EARLY_EPS_NS, as for the early rule, for a kernel that
+ * leaves that to ksoftirqd).  So:
+ *  - in before the earliest deadline (NEXT_IN): the server closed after
+ *    its deadline with those bytes in its socket, or before it (early):
+ *    its fault either way;
+ *  - begun T or more after the previous send returned (with nothing
+ *    echoed, after the connect was seen) (NEXT_AFTER): past the deadline
+ *    of a server that read that send as it came, the latest one that the
+ *    send's own times allow: this client did not keep it busy.  A server
+ *    that read it later has a later deadline, which this one may have
+ *    missed, but this client failed its part first;
+ *  - between (NEXT_AT): under way at the deadline, too close to call.
+ * This client keeps the times of two sends: the first after everything
+ * last came back (unacked_*) and the last.  When some of the later ones
+ * came back, the server read the first of them, and the first it did not
+ * read is the last send or one between the two, begun after the first
+ * returned and in before the last began; the send before it is known only
+ * when it is that first one.
+ */
+static enum next next_send(const struct lconn *c, uint64_t t_ns, struct next_times *nt)
+{
+	bool last = c->echoed + MSG_LEN == c->sent;
+
+	if (c->echoed >= c->sent)
+		return NEXT_NONE;
+	if (c->echoed == c->acked_bytes) {
+		nt->lo = c->acked_start + t_ns;
+		nt->hi = c->acked_end + t_ns;
+		nt->from = c->unacked_start;
+		nt->to = c->unacked_end;
+	} else {
+		nt->lo = c->unacked_start + t_ns;
+		nt->hi = last && c->echoed == c->acked_bytes + MSG_LEN ?
+			 c->unacked_end + t_ns : UINT64_MAX;
+		nt->from = last ? c->send_start : c->unacked_end;
+		nt->to = last ? c->last_send : c->send_start;
+	}
+	if (nt->to + EARLY_EPS_NS < nt->lo)
+		return NEXT_IN;
+	if (nt->from >= nt->hi)
+		return NEXT_AFTER;
+	return NEXT_AT;
+}
+
+/* ms from @t0 to @t, signed. */
+static double ms_from(uint64_t t0, uint64_t t)
+{
+	return (double)(int64_t)(t - t0) / 1e6;
+}
+
 /*
  * Judges every connection; @end is when this client last looked (a close
  * due before it, less DUE_MARGIN_NS, must have been seen); a server found
@@ -714,6 +828,8 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 {
 	uint64_t t_ns = o->idle_ms * MS, slack_ns = o->slack_ms * MS;
 	unsigned shown_missing = 0, shown_busy = 0, shown_bad = 0;
+	struct next_times nt;
+	enum next next;
 
 	memset(v, 0, sizeof(*v));
 	v->margin = INT64_MAX;
@@ -767,31 +883,58 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 				continue;
 			}
 			/*
-			 * Not before its last echoed send + T: the server may
-			 * have had nothing newer, so this client's next send
-			 * came too late (its loop stalled) or never reached it.
-			 * Nothing echoed at all: the server's kernel reset it
-			 * before the server read it (a listen backlog that
-			 * overflowed), or the server never accepted it.
+			 * Reset (an error, not EOF) with nothing echoed: its
+			 * kernel dropped it before the server read it (a listen
+			 * backlog that overflowed), no timer of the server's;
+			 * a server that closes it with the bytes unread resets
+			 * it too, and is excused with it: a reset cannot tell.
+			 * An orderly close (EOF) comes from a server that had
+			 * accepted it, and is judged as any other: not before
+			 * its last echoed send (or connect) + T, so whether
+			 * this client's next send was in before the server's
+			 * deadline decides.
 			 */
-			if (c->echoed)
-				v->busy_unkept++;
-			else
+			next = c->echoed || !c->close_err ? next_send(c, t_ns, &nt) : NEXT_NONE;
+			if (!c->echoed && c->close_err)
 				v->busy_unread++;
-			if (shown_busy++ < SHOW) {
-				printf("  busy connection %lu closed by the server (%s) %.3f ms "
-				       "after its last echoed send or connect (T %lu ms): ", i,
-				       c->close_err ? strerror(c->close_err) : "EOF",
-				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
-				if (!c->echoed)
-					printf("nothing echoed, the server never read it\n");
-				else if (c->sent > c->echoed)
-					printf("not kept busy, its next send began %.3f ms after "
-					       "that one\n",
-					       (double)(c->unacked_start - c->acked_start) / 1e6);
-				else
-					printf("not kept busy, no send after it\n");
-			}
+			else if (next == NEXT_IN && c->echoed)
+				v->busy_in++;
+			else if (next == NEXT_IN)
+				v->busy_unread_eof++;
+			else if (next == NEXT_AT)
+				v->busy_at++;
+			else
+				v->busy_unkept++;
+			if (shown_busy++ >= SHOW)
+				continue;
+			printf("  busy connection %lu closed by the server (%s) %.3f ms after its "
+			       "last echoed send or connect (T %lu ms): ", i,
+			       c->close_err ? strerror(c->close_err) : "EOF",
+			       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
+			if (!c->echoed && c->close_err)
+				printf("reset with nothing echoed, its kernel dropped it (or the "
+				       "server closed it unread: a reset does not say)\n");
+			else if (next == NEXT_IN && c->echoed)
+				printf("CLOSED BUSY, its next send was in %.3f ms before the "
+				       "earliest deadline the server can have had\n",
+				       ms_from(nt.to, nt.lo));
+			else if (next == NEXT_IN)
+				printf("CLOSED UNREAD, the server accepted it and closed it "
+				       "without echoing anything, though its first send was in "
+				       "%.3f ms before the earliest deadline it can have had\n",
+				       ms_from(nt.to, nt.lo));
+			else if (next == NEXT_AT)
+				printf("its %s send was under way at the server's deadline, too "
+				       "close to call (begun at %+.3f ms, in by %+.3f ms of the "
+				       "earliest deadline)\n", c->echoed ? "next" : "first",
+				       ms_from(nt.lo, nt.from), ms_from(nt.lo, nt.to));
+			else if (next == NEXT_AFTER)
+				printf("not kept busy, its %s send began T + %.3f ms after %s\n",
+				       c->echoed ? "next" : "first", ms_from(nt.hi, nt.from),
+				       c->echoed ? "the previous one returned" :
+				       "its connect was seen");
+			else
+				printf("not kept busy, no send after it\n");
 			continue;
 		}
 		if (c->late_open) {
@@ -845,10 +988,32 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 		}
 		v->idle_closed++;
 		if (!c->echoed) {
-			/* See the busy case: a reset by its kernel, no timer of it. */
-			if (!closed_early(v, c, i, t_ns, "idle",
-					  "its connect began, nothing echoed", &shown_bad))
+			/*
+			 * See the busy case: reset, its kernel dropped it; EOF,
+			 * the server closed it, at fault if its first send was
+			 * in before the deadline, else not judged (this client
+			 * sent too late).
+			 */
+			if (closed_early(v, c, i, t_ns, "idle",
+					 "its connect began, nothing echoed", &shown_bad))
+				continue;
+			if (c->close_err) {
 				v->idle_unread++;
+				continue;
+			}
+			if (next_send(c, t_ns, &nt) != NEXT_IN) {
+				v->idle_unkept++;
+				continue;
+			}
+			v->idle_unread_eof++;
+			if (shown_bad++ < SHOW)
+				printf("  idle connection %lu CLOSED UNREAD: the server accepted "
+				       "it and closed it (EOF) %.3f ms after its connect began "
+				       "(T %lu ms) without echoing anything, though its first "
+				       "send was in %.3f ms before the earliest deadline it can "
+				       "have had\n", i,
+				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms,
+				       ms_from(nt.to, nt.lo));
 			continue;
 		}
 		/* Every send echoed: the server's reset came before the echo. */
@@ -867,6 +1032,17 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 				printf("  idle connection %lu closed EARLY: %.3f ms after its last "
 				       "send (T %lu ms)\n", i,
 				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
+		} else if (c->sent > c->echoed && next_send(c, t_ns, &nt) == NEXT_IN) {
+			/* Closed before it fell idle: as a busy connection's. */
+			v->idle_in++;
+			if (shown_bad++ < SHOW)
+				printf("  idle connection %lu CLOSED BUSY (%s) %.3f ms after its "
+				       "last echoed send (T %lu ms), though a send it never "
+				       "echoed was in %.3f ms before the earliest deadline it "
+				       "can have had\n", i,
+				       c->close_err ? strerror(c->close_err) : "EOF",
+				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms,
+				       ms_from(nt.to, nt.lo));
 		} else if (lat_min > (int64_t)slack_ns) {
 			v->late++;
 			if (shown_bad++ < SHOW)
@@ -1019,9 +1195,13 @@ int main(int argc, char **argv)
 		die("epoll_create1", errno);
 	/* This thread's own: read in the loop, which runs on this thread. */
 	schedstat_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-	if (schedstat_fd >= 0 && !sched_busy_ns()) {
-		close(schedstat_fd);
-		schedstat_fd = -1;
+	if (schedstat_fd >= 0) {
+		uint64_t delay, cpu;
+
+		if (!sched_delay_ns(&delay) || !thread_cpu_ns(&cpu)) {
+			close(schedstat_fd);
+			schedstat_fd = -1;
+		}
 	}
 	cpu0 = server_cpu();
 	if (!cpu0.ok) {
@@ -1141,7 +1321,9 @@ int main(int argc, char **argv)
 		 * measured (see wake_after).
 		 */
 		{
-			uint64_t called = now_ns(), woke, asked = called, busy0, busy1;
+			uint64_t called = now_ns(), woke, asked = called;
+			uint64_t delay0 = 0, delay1, tcpu0 = 0, tcpu1, busy;
+			bool measured;
 
 			if (now > turn && now - turn > stall_max)
 				stall_max = now - turn;
@@ -1151,15 +1333,31 @@ int main(int argc, char **argv)
 				cur_turn++;
 				look_turn = cur_turn;
 				look_at = called;
-				busy0 = sched_busy_ns();
+				/*
+				 * Read outside called..woke, run_delay outermost:
+				 * the differences then hold all the time this
+				 * thread was runnable or running in between, to
+				 * the nanosecond; the rest it slept.  The CPU
+				 * time is the thread clock's, not schedstat's
+				 * (see sched_delay_ns()).  Left unmeasured is
+				 * the wake-up's own latency: from the event's
+				 * arrival in its socket to this thread's being
+				 * queued for a CPU (the rest of the softirq that
+				 * delivered it; an interrupt to wake an idle
+				 * CPU) it is neither runnable nor running:
+				 * WAKE_EPS_NS.
+				 */
+				measured = sched_delay_ns(&delay0) && thread_cpu_ns(&tcpu0);
 				called = now_ns();
 				asked = called + (uint64_t)timeout * MS;
 				n = epoll_wait(epfd, evs, MAXEV, timeout);
 				woke = now_ns();
-				busy1 = n > 0 && busy0 ? sched_busy_ns() : 0;
-				if (busy1 >= busy0 && busy1 &&
-				    woke - called > busy1 - busy0 + WAKE_EPS_NS)
-					wake_after = woke - (busy1 - busy0) - WAKE_EPS_NS;
+				if (n > 0 && measured && thread_cpu_ns(&tcpu1) &&
+				    sched_delay_ns(&delay1) && delay1 >= delay0 && tcpu1 >= tcpu0) {
+					busy = delay1 - delay0 + tcpu1 - tcpu0 + WAKE_EPS_NS;
+					if (woke - called > busy)
+						wake_after = woke - busy;
+				}
 				look_called = called;
 			} else {
 				woke = now_ns();
@@ -1296,16 +1494,19 @@ int main(int argc, char **argv)
 	       v.open_failed + v.open_failed_local, v.not_open);
 	if (t_opened)
 		printf("all open after %.1f ms\n", (double)(t_opened - t_start) / 1e6);
-	printf("idle closed by server: %lu of %lu (early %lu, late %lu, never %lu, not due %lu)\n",
-	       v.idle_closed, v.idle_judged, v.early - v.busy_early, v.late, v.idle_missing,
-	       v.not_due);
+	printf("idle closed by server: %lu of %lu (early %lu, late %lu, never %lu, not due %lu, "
+	       "closed busy %lu, closed unread %lu)\n", v.idle_closed, v.idle_judged,
+	       v.early - v.busy_early, v.late, v.idle_missing, v.not_due, v.idle_in,
+	       v.idle_unread_eof);
 	if (v.late_open)
 		printf("idle connections opened after their stop time: %lu (sent nothing; only "
 		       "checked for an early close)\n", v.late_open);
 	printf("busy closed by server: %lu", v.busy_closed);
 	if (v.busy_closed)
-		printf(" (early %lu, not kept busy by this client %lu, never read %lu)",
-		       v.busy_early, v.busy_unkept, v.busy_unread);
+		printf(" (early %lu, closed busy %lu, closed unread %lu, not kept busy by this "
+		       "client %lu, a send under way at the deadline %lu, reset unread %lu)",
+		       v.busy_early, v.busy_in, v.busy_unread_eof, v.busy_unkept, v.busy_at,
+		       v.busy_unread);
 	printf("\n");
 	if (v.racers)
 		printf("racing closes: of %lu idle connections set to close themselves near T, "
@@ -1347,6 +1548,9 @@ int main(int argc, char **argv)
 	if (v.idle_unread)
 		printf("idle closed by server before it read anything: %lu (reset by its kernel: "
 		       "not judged for lateness)\n", v.idle_unread);
+	if (v.idle_unkept)
+		printf("idle closed by server (EOF) before it read anything: %lu (their first "
+		       "send not in before the earliest deadline: not judged)\n", v.idle_unkept);
 	if (v.gone_closed)
 		printf("closed as the server went: %lu (not judged)\n", v.gone_closed);
 	printf("client cpu: user %.3f s, system %.3f s\n",
@@ -1373,6 +1577,13 @@ int main(int argc, char **argv)
 		add_reason(why, sizeof(why), "server gone: %s", gone_why);
 	if (v.early)
 		add_reason(why, sizeof(why), "%lu closes early", v.early);
+	if (v.busy_in + v.idle_in)
+		add_reason(why, sizeof(why), "%lu closed busy (a send it never echoed was in "
+			   "before its deadline)", v.busy_in + v.idle_in);
+	if (v.busy_unread_eof + v.idle_unread_eof)
+		add_reason(why, sizeof(why), "%lu closed unread (accepted and closed, EOF, with "
+			   "nothing echoed though a send was in before its deadline)",
+			   v.busy_unread_eof + v.idle_unread_eof);
 	if (v.open_failed)
 		add_reason(why, sizeof(why), "%lu connects failed at the server", v.open_failed);
 	if ((v.late || v.idle_missing) && sl.max_ns <= stall_limit) {
@@ -1400,13 +1611,19 @@ int main(int argc, char **argv)
 		if (v.not_open)
 			add_reason(why, sizeof(why), "%lu connections not open by the end: raise "
 				   "--duration or lower --conns", v.not_open);
-		if (v.busy_unkept)
-			add_reason(why, sizeof(why), "%lu busy connections closed at or after their "
-				   "last echoed send + T: this client did not keep them busy (its "
-				   "loop stalled %.3f ms)", v.busy_unkept, stall_max / 1e6);
+		if (v.busy_unkept + v.idle_unkept)
+			add_reason(why, sizeof(why), "%lu connections closed with no send "
+				   "begun within T of the last echoed one's return (or the "
+				   "connect's): this client did not keep them busy (its loop "
+				   "stalled %.3f ms)", v.busy_unkept + v.idle_unkept,
+				   stall_max / 1e6);
+		if (v.busy_at)
+			add_reason(why, sizeof(why), "%lu busy connections closed with a send "
+				   "under way at the server's deadline: too close to call",
+				   v.busy_at);
 		if (v.busy_unread || v.idle_unread)
-			add_reason(why, sizeof(why), "%lu connections closed before the server "
-				   "read anything (reset by its kernel: a listen backlog that "
+			add_reason(why, sizeof(why), "%lu connections reset before the server "
+				   "read anything (by its kernel: a listen backlog that "
 				   "overflowed?)", v.busy_unread + v.idle_unread);
 		if (v.late || v.idle_missing)
 			add_reason(why, sizeof(why), "the machine stalled this client %.3f ms, over "
