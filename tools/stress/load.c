@@ -1531,8 +1531,13 @@ static void check_periodic_schedule(struct lthread *t, uint32_t idx)
 			  PRIx64 " returned %d (%s)", idx, s->id, rc, strerror(-rc));
 		return;
 	}
+	/*
+	 * A call counted before it was marked running (deliver()) may have
+	 * passed the first look and ended since: its covered moved.
+	 */
 	if (atomic_load_explicit(&s->runs, memory_order_acquire) != runs ||
-	    atomic_load_explicit(&s->running, memory_order_acquire) || rc || !left)
+	    atomic_load_explicit(&s->running, memory_order_acquire) || rc || !left ||
+	    atomic_load_explicit(&s->covered, memory_order_relaxed) != c)
 		goto skipped;
 	t->t.pscheds++;
 	lo = t0 + (c + 1) * p;
@@ -2040,6 +2045,16 @@ static void sweep_slot(struct lthread *t, uint32_t idx)
 	switch (s->last_end) {
 	case E_CANCELLED:
 	case E_STOPPED:
+		/*
+		 * A keyed or shared-key timer's end has no count of its own
+		 * (slot_free_at()): a one-shot's run that its flag check did
+		 * not see is one after its cancel returned 0.
+		 */
+		if (!s->runs_end && s->last_end == E_CANCELLED && runs &&
+		    !(atomic_load(&s->cur) & F_PERIODIC))
+			violation(V_AFTER_CANCEL, "slot %" PRIu32 ": keyed one-shot timer %#" PRIx64
+				  " cancelled (a cancel returned 0) but also ran %" PRIu32 " times",
+				  idx, s->id, runs);
 		end_check(s, atomic_load(&s->cur));
 		break;
 	case E_FIRED:
