@@ -78,7 +78,8 @@
  * server never echoed that had reached it before the earliest deadline it
  * can have had (its last echoed send, or connect, + T), a connection it
  * closed in order (EOF: so it had accepted it) without echoing anything
- * sent in time, a connect it refused or timed out, its going away (a
+ * sent in time (either only when the close was in order with every byte
+ * acknowledged by the server's kernel: arrived()), a connect it refused or timed out, its going away (a
  * connect refused, or connections closing as a dead process's do and its
  * port refusing).  It is INCONCLUSIVE (exit 3) for what this client failed
  * to do or the machine held up: connections it could not open (its own
@@ -111,11 +112,13 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 
 #include "opt.h"
 #include "rng.h"
@@ -147,6 +150,7 @@ struct lconn {
 	int64_t race_at;	/* racer: closes at last_send + T + this */
 	bool closed;		/* closed by the server */
 	int close_err;		/* 0 for EOF, else the errno seen */
+	int close_outq;		/* EOF: bytes sent that its peer had not acked (SIOCOUTQ); -1: not known */
 	uint64_t stop_at;	/* idle only: no send at or after this */
 	uint64_t last_send;	/* when the last send returned */
 	uint64_t send_start;	/* when the last send was called */
@@ -406,6 +410,15 @@ static void mark_closed(int epfd, struct lconn *c, int err)
 	 * EAGAIN after the look began, and quiet_at is later anyway.)
 	 */
 	c->close_after = c->quiet_at;
+	/*
+	 * At an orderly close, whether the server's kernel had every byte
+	 * sent: its FIN acknowledges what it received, and a server that
+	 * closes with bytes unread resets instead.  So nothing outstanding
+	 * means that what it never echoed, it had read (arrived()).
+	 */
+	c->close_outq = -1;
+	if (!err && ioctl(c->fd, SIOCOUTQ, &c->close_outq))
+		c->close_outq = -1;
 	if (look_turn && c->seen_turn != look_turn && look_at > c->close_after)
 		c->close_after = look_at;
 	/*
@@ -710,6 +723,7 @@ struct verdict {
 	unsigned long busy_in, idle_in;	/* closed busy: a send was in (next_send()) */
 	unsigned long busy_unread_eof, idle_unread_eof;	/* ... and nothing echoed, EOF */
 	unsigned long busy_at;	/* a send under way at the deadline */
+	unsigned long unproven;	/* NEXT_IN by this client's clock, not arrived() */
 	unsigned long idle_unread;	/* reset, nothing echoed, not early */
 	unsigned long idle_unkept;	/* EOF, nothing echoed, its first send not in */
 	unsigned long late_seen;	/* seen past the slack, not shown late */
@@ -811,6 +825,22 @@ static enum next next_send(const struct lconn *c, uint64_t t_ns, struct next_tim
 	return NEXT_AT;
 }
 
+/*
+ * Whether the sends connection @c never got back had reached the server
+ * for certain: an orderly close with nothing left unacknowledged (see
+ * mark_closed()), so the server read them and closed without echoing.
+ * Otherwise (a reset, or bytes the server's kernel never acknowledged) a
+ * send that this client's clock puts in before the deadline may have
+ * reached the server late all the same: a segment dropped on a full
+ * listen queue or backlog and sent again, or held in a softirq deferred
+ * to ksoftirqd on a loaded machine.  NEXT_IN counts as the server's fault
+ * only with this proof (unproven: INCONCLUSIVE).
+ */
+static bool arrived(const struct lconn *c)
+{
+	return !c->close_err && c->close_outq == 0;
+}
+
 /* ms from @t0 to @t, signed. */
 static double ms_from(uint64_t t0, uint64_t t)
 {
@@ -897,6 +927,8 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 			next = c->echoed || !c->close_err ? next_send(c, t_ns, &nt) : NEXT_NONE;
 			if (!c->echoed && c->close_err)
 				v->busy_unread++;
+			else if (next == NEXT_IN && !arrived(c))
+				v->unproven++;
 			else if (next == NEXT_IN && c->echoed)
 				v->busy_in++;
 			else if (next == NEXT_IN)
@@ -914,6 +946,12 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 			if (!c->echoed && c->close_err)
 				printf("reset with nothing echoed, its kernel dropped it (or the "
 				       "server closed it unread: a reset does not say)\n");
+			else if (next == NEXT_IN && !arrived(c))
+				printf("its %s send was in %.3f ms before the earliest deadline "
+				       "by this client's clock, but %s: whether it reached the "
+				       "server in time cannot be told\n", c->echoed ? "next" : "first",
+				       ms_from(nt.to, nt.lo), c->close_err ? "the close was a reset"
+				       : "the server's kernel had not acknowledged it");
 			else if (next == NEXT_IN && c->echoed)
 				printf("CLOSED BUSY, its next send was in %.3f ms before the "
 				       "earliest deadline the server can have had\n",
@@ -1005,6 +1043,10 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 				v->idle_unkept++;
 				continue;
 			}
+			if (!arrived(c)) {
+				v->unproven++;
+				continue;
+			}
 			v->idle_unread_eof++;
 			if (shown_bad++ < SHOW)
 				printf("  idle connection %lu CLOSED UNREAD: the server accepted "
@@ -1032,8 +1074,12 @@ static void judge(const struct opts *o, struct lconn *cs, uint64_t end, uint64_t
 				printf("  idle connection %lu closed EARLY: %.3f ms after its last "
 				       "send (T %lu ms)\n", i,
 				       (double)(c->close_seen - c->acked_start) / 1e6, o->idle_ms);
-		} else if (c->sent > c->echoed && next_send(c, t_ns, &nt) == NEXT_IN) {
-			/* Closed before it fell idle: as a busy connection's. */
+		} else if (c->sent > c->echoed && next_send(c, t_ns, &nt) == NEXT_IN &&
+			   arrived(c)) {
+			/*
+			 * Closed before it fell idle: as a busy connection's.
+			 * Without the proof, judged as an idle one below.
+			 */
 			v->idle_in++;
 			if (shown_bad++ < SHOW)
 				printf("  idle connection %lu CLOSED BUSY (%s) %.3f ms after its "
@@ -1548,6 +1594,10 @@ int main(int argc, char **argv)
 	if (v.idle_unread)
 		printf("idle closed by server before it read anything: %lu (reset by its kernel: "
 		       "not judged for lateness)\n", v.idle_unread);
+	if (v.unproven)
+		printf("closed with a send in before the deadline by this client's clock, not "
+		       "shown to have reached the server (a reset, or bytes its kernel had not "
+		       "acknowledged): %lu (not judged)\n", v.unproven);
 	if (v.idle_unkept)
 		printf("idle closed by server (EOF) before it read anything: %lu (their first "
 		       "send not in before the earliest deadline: not judged)\n", v.idle_unkept);
@@ -1621,6 +1671,11 @@ int main(int argc, char **argv)
 			add_reason(why, sizeof(why), "%lu busy connections closed with a send "
 				   "under way at the server's deadline: too close to call",
 				   v.busy_at);
+		if (v.unproven)
+			add_reason(why, sizeof(why), "%lu connections closed with a send in before "
+				   "the deadline by this client's clock that the server's kernel "
+				   "had not acknowledged (or a reset): whether it arrived in time "
+				   "cannot be told", v.unproven);
 		if (v.busy_unread || v.idle_unread)
 			add_reason(why, sizeof(why), "%lu connections reset before the server "
 				   "read anything (by its kernel: a listen backlog that "
