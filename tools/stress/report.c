@@ -316,10 +316,28 @@ static void print_series(FILE *f)
 }
 
 /*
+ * Whether this program runs under a sanitizer, whose runtime's own memory
+ * is in the RSS: TSan's grows through a run for reasons of its own (in
+ * a 30 s run with 2 threads its anonymous maps grew by 170 MiB, while
+ * the service held 8 chunks of records when looked at 20 s in), ASan
+ * holds freed memory in its quarantine.
+ */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define STRESS_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define STRESS_SANITIZED 1
+#endif
+#endif
+#ifndef STRESS_SANITIZED
+#define STRESS_SANITIZED 0
+#endif
+
+/*
  * RSS over the second half of the run against the pending count: memory
  * that keeps growing while pending does not means ended timers' records are
  * not recycled as fast as timers end.  Not a contract violation, so a
- * warning only.
+ * warning only; not given under a sanitizer (above).
  */
 static void print_trend(FILE *f)
 {
@@ -336,7 +354,10 @@ static void print_trend(FILE *f)
 	mib_s = (mib(b->rss_kb) - mib(a->rss_kb)) / dt;
 	fprintf(f, "  second half: RSS %+.1f MiB/s (%.1f -> %.1f MiB), pending %" PRIu64 " -> %" PRIu64 "\n",
 		mib_s, mib(a->rss_kb), mib(b->rss_kb), a->pending, b->pending);
-	if (mib_s > 2.0 && b->pending <= a->pending + a->pending / 4)
+	if (mib_s > 2.0 && b->pending <= a->pending + a->pending / 4 && STRESS_SANITIZED)
+		fprintf(f, "  (RSS grows while pending timers do not; not judged: it holds the "
+			"sanitizer's own memory)\n");
+	else if (mib_s > 2.0 && b->pending <= a->pending + a->pending / 4)
 		fprintf(f, "  WARNING: memory grows while pending timers do not: ended timers' records"
 			" are recycled slower than timers end (the service is overloaded);"
 			" kairos_arm fails with -ENOMEM once a shard holds its record limit\n");
