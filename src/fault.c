@@ -2,7 +2,9 @@
 #include "rcu.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fault.h"
@@ -11,6 +13,8 @@ _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_post;
 _Atomic int fault_post_held;
+_Atomic int fault_take_hold;
+_Atomic int fault_take_held;
 _Atomic int fault_membarrier;
 _Atomic long fault_suspend_ticks;
 _Atomic long fault_suspend_ns;
@@ -49,4 +53,16 @@ int fault_post_refuse(void)
 	     i++)
 		usleep(1000);
 	return -EBUSY;
+}
+
+void fault_take_wait(const _Atomic bool *closed)
+{
+	struct timespec t0, t;
+
+	atomic_store_explicit(&fault_take_held, 1, memory_order_seq_cst);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (!atomic_load_explicit(closed, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
 }

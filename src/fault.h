@@ -38,6 +38,15 @@ extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
  */
 int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
+ * Non-zero: a take or run of a queue (drain(), queue.c) holds with the
+ * queue's list in hand, until the queue is closed (two seconds at most),
+ * having set fault_take_held to 1: a window in which a test destroys the
+ * queue.  It spins and yields, as it is inside a read-side section.
+ */
+extern _Atomic int fault_take_hold __attribute__((visibility("hidden")));
+extern _Atomic int fault_take_held __attribute__((visibility("hidden")));
+void fault_take_wait(const _Atomic bool *closed) __attribute__((visibility("hidden")));
+/*
  * Non-zero before a process's first service: membarrier() is taken as
  * refused, and arrivals are published with a fence each (arrival.c).
  */

@@ -11,6 +11,7 @@
 
 #include "t_util.h"
 #include "../src/internal.h"	/* id_shard(): which shard an id names */
+#include "../src/fault.h"	/* fault_take_hold: a take held with its list in hand */
 
 /* Arms @t one-shot @delay_ns from now for @q, as t_arm() does for workers. */
 static int q_arm(struct kairos *k, struct kairos_queue *q, struct t_timer *t, uint64_t delay_ns,
@@ -72,6 +73,29 @@ static struct kairos *q_begin(struct kairos_queue **q)
 	ck_assert_int_eq(kairos_queue_create(k, q), 0);
 	ck_assert_ptr_nonnull(*q);
 	q_runner = pthread_self();
+	return k;
+}
+
+/*
+ * A one-shard service on the manual clock with queue @q, and @n one-shot
+ * timers armed for it, due at 1 ms, with callback @fn(@arg); the clock
+ * is then moved on past them, so that every one waits on the queue.
+ */
+static struct kairos *q_begin_due(struct kairos_queue **q, int n, kairos_fn fn, void *arg)
+{
+	struct kairos_timer_opts o = { 0 };
+	struct kairos_config c;
+	struct kairos *k;
+
+	kairos_config_default(&c);
+	c.shards = 1;
+	c.clock = KAIROS_CLOCK_MANUAL;
+	k = t_create(&c);
+	ck_assert_int_eq(kairos_queue_create(k, q), 0);
+	o.queue = *q;
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, fn, arg, NULL), 0);
+	ck_assert_int_eq(kairos_clock_advance(k, 10 * T_MS), 0);
 	return k;
 }
 
@@ -482,20 +506,9 @@ static void q_cb_destroy_own(void *arg, kairos_id id, int status)
 
 START_TEST(test_queue_callback_destroys_its_queue)
 {
-	struct kairos_config c;
-	struct kairos *k;
-	struct kairos_timer_opts o = { 0 };
+	struct kairos *k = q_begin_due(&q_gone_q, 5, q_cb_destroy_own, NULL);
 	struct kairos_stats st;
 
-	kairos_config_default(&c);
-	c.shards = 1;
-	c.clock = KAIROS_CLOCK_MANUAL;
-	k = t_create(&c);
-	ck_assert_int_eq(kairos_queue_create(k, &q_gone_q), 0);
-	o.queue = q_gone_q;
-	for (int i = 0; i < 5; i++)
-		ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, q_cb_destroy_own, NULL, NULL), 0);
-	ck_assert_int_eq(kairos_clock_advance(k, 10 * T_MS), 0);
 	/* One ran; it destroyed the queue, whose list was empty by then. */
 	ck_assert_int_eq(kairos_queue_run(q_gone_q, 100), 1);
 	ck_assert_int_eq(t_int(&q_gone_ran), 1);
@@ -862,6 +875,51 @@ START_TEST(test_queue_take_wakes_at_queue_destroy)
 }
 END_TEST
 
+static atomic_int q_hold_ran;
+
+static void *q_take_many(void *arg)
+{
+	struct kairos_expiry e[64];
+
+	return (void *)(intptr_t)kairos_queue_take(arg, e, 64, 0);
+}
+
+/*
+ * A take that has the queue's list in hand when the queue is destroyed
+ * ends what it had not reached unrun, as the destroy ends what was still
+ * waiting (kairos_queue_take(3)): every timer ends once, none is lost.
+ * The take is held there (fault_take_hold) until the destroy has run.
+ */
+START_TEST(test_queue_take_holds_list_at_destroy)
+{
+	struct kairos_queue *q;
+	struct kairos *k = q_begin_due(&q, 20, q_cb_count, &q_hold_ran);
+	struct kairos_stats st;
+	pthread_t th;
+	void *rc;
+
+	atomic_store(&fault_take_held, 0);
+	atomic_store(&fault_take_hold, 1);
+	ck_assert_int_eq(pthread_create(&th, NULL, q_take_many, q), 0);
+	for (int i = 0; i < 2000 && !atomic_load(&fault_take_held); i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_take_held), 1);
+	/* The list is in the take's hands: nothing waits for the destroy to end. */
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	ck_assert_int_eq(pthread_join(th, &rc), 0);
+	atomic_store(&fault_take_hold, 0);
+	/* Closed before it reached any: none handed out. */
+	ck_assert_int_le((int)(intptr_t)rc, 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.armed, 20);
+	ck_assert_uint_eq(st.fired, 0);
+	ck_assert_uint_eq(st.drained, 20);
+	ck_assert_uint_eq(st.pending, 0);
+	ck_assert_int_eq(atomic_load(&q_hold_ran), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Options and errors                                                  */
 
@@ -1107,6 +1165,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_service_destroyed_first);
 	tcase_add_test(tc, test_queue_take_wakes_at_destroy);
 	tcase_add_test(tc, test_queue_take_wakes_at_queue_destroy);
+	tcase_add_test(tc, test_queue_take_holds_list_at_destroy);
 	tcase_add_test(tc, test_queue_opts_kinds);
 	tcase_add_test(tc, test_queue_errors);
 	tcase_add_test(tc, test_queue_many_queues);
