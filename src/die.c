@@ -53,6 +53,15 @@ void thread_join(pthread_t t)
 		kairos_die_err("pthread_join", err);
 }
 
+/*
+ * The signals a fault raises in the thread that faults: left unblocked in
+ * the service's threads, so that a fault in a callback reaches the
+ * program's handler (a crash reporter, a sanitizer's).  Blocked, the
+ * kernel would unblock it and reset its action to the default for the
+ * whole process before delivering it.
+ */
+static const int fault_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+
 int thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	sigset_t all, old;
@@ -60,6 +69,8 @@ int thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
 
 	/* The new thread inherits the mask in force here. */
 	sigfillset(&all);
+	for (size_t i = 0; i < sizeof(fault_signals) / sizeof(fault_signals[0]); i++)
+		sigdelset(&all, fault_signals[i]);
 	err = pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (err)
 		kairos_die_err("pthread_sigmask", err);

@@ -1500,6 +1500,59 @@ START_TEST(test_lifecycle_thread_names)
 }
 END_TEST
 
+static void fault_handler(int sig)
+{
+	_exit(sig == SIGILL ? 42 : 43);
+}
+
+static void cb_trap(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	if (status > 0)
+		__builtin_trap();
+}
+
+/*
+ * A fault in a callback reaches the program's handler for it (kairos(3),
+ * THREADS): the service's threads block every signal but those a fault
+ * raises.  Blocked, the kernel resets the handler to the default and the
+ * process dies of the signal, which a crash reporter never sees.  In a
+ * child, with a worker callback and an inline one.
+ */
+START_TEST(test_lifecycle_callback_fault_reaches_handler)
+{
+	for (int inline_cb = 0; inline_cb < 2; inline_cb++) {
+		int status;
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			struct sigaction sa = { .sa_handler = fault_handler };
+			struct kairos_config c;
+			struct kairos *k;
+
+			sigemptyset(&sa.sa_mask);
+			if (sigaction(SIGILL, &sa, NULL))
+				_exit(2);
+			kairos_config_default(&c);
+			c.shards = 1;
+			if (inline_cb)
+				c.delivery = KAIROS_DELIVER_INLINE;
+			if (kairos_create(&c, &k) || kairos_arm(k, T_MS, cb_trap, NULL, NULL))
+				_exit(3);
+			sleep(5);
+			_exit(4);
+		}
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status), "%s callback: the child died of signal %d, its "
+			      "handler unseen", inline_cb ? "an inline" : "a worker",
+			      WIFSIGNALED(status) ? WTERMSIG(status) : -1);
+		ck_assert_int_eq(WEXITSTATUS(status), 42);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* Which shard a calling thread arms on                                */
 
@@ -1638,6 +1691,7 @@ int main(void)
 	tcase_add_test(tc, test_lifecycle_pool_grows_huge_pages);
 	tcase_add_test(tc, test_lifecycle_pool_install_finds_slot_taken);
 	tcase_add_test(tc, test_lifecycle_thread_names);
+	tcase_add_test(tc, test_lifecycle_callback_fault_reaches_handler);
 	tcase_add_test(tc, test_lifecycle_threads_spread_over_shards);
 	suite_add_tcase(s, tc);
 	return t_main(s, "lifecycle");

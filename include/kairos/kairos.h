@@ -212,7 +212,8 @@ void kairos_config_default(struct kairos_config *cfg);
  *
  * Starts the shard threads and the record-recycling thread; the workers
  * start with the first timer delivered to them (see kairos_arm()).  Every
- * thread it starts blocks every signal.  With KAIROS_BACKEND_AUTO each
+ * thread it starts blocks every signal but those a fault raises (SIGSEGV,
+ * SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS).  With KAIROS_BACKEND_AUTO each
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
  * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
  * profile, kernel.io_uring_disabled; or ENOMEM under a finite
