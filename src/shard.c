@@ -10,8 +10,11 @@
  *   5. publish the tick it sleeps until, look at the inbox once more, and
  *      block in the backend until the timerfd or the wake eventfd fires.
  * A posted deadline earlier than sleep_tick wakes the shard through its
- * eventfd; all others wait for the next pass.  Nothing is polled: an idle
- * shard sleeps with its timerfd disarmed.
+ * eventfd; all others wait for the next pass.  Nothing is polled on a
+ * schedule: a shard with nothing pending sleeps until its timerfd's last
+ * setting (never moved later, so a cancelled last timer costs one stale
+ * wake), for SHARD_FLUSH_NS after a pass that took posts, and every
+ * ARRIVAL_POLL_TICKS while an arrival block is not dormant.
  *
  * A shard of a manual-clock service (KAIROS_CLOCK_MANUAL) has no timerfd:
  * it sleeps until posted to, every post wakes it (SLEEP_FAR always), and
@@ -51,8 +54,9 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
 
 /*
  * shard_post - puts @r on @s's inbox and wakes @s if @tick is earlier than
- * the tick it sleeps until, or if it sleeps far (SLEEP_FAR).  Call with
- * rcu_read_lock held.
+ * the tick it sleeps until, or if it sleeps far (SLEEP_FAR).  Call inside
+ * a read-side section, or from a worker of @s (workers are joined before
+ * the shard is freed).
  *
  * Return: true when @s is SHARD_POST_LIMIT posts behind and the caller is not
  * a shard thread.  Without a bound, threads that outnumber the cores can post
@@ -587,10 +591,10 @@ void period_advance(struct rec_ext *p, uint64_t from_ns, uint64_t now_ns)
 	uint64_t late = now_ns > from_ns ? now_ns - from_ns : 0;
 	uint64_t covered = late / p->period_ns + 1, step;
 
-	if (covered > INT32_MAX)
-		covered = INT32_MAX;
 	p->fire_ns = from_ns;
-	p->fire_status = p->policy == KAIROS_PERIOD_FIXED_RATE ? (int)covered : 1;
+	/* The status saturates; the next deadline is past every period covered. */
+	p->fire_status = p->policy != KAIROS_PERIOD_FIXED_RATE ? 1
+			 : covered > INT32_MAX ? INT32_MAX : (int)covered;
 	if (__builtin_mul_overflow(covered, p->period_ns, &step) ||
 	    __builtin_add_overflow(from_ns, step, &p->next_ns))
 		p->next_ns = UINT64_MAX;

@@ -641,6 +641,31 @@ START_TEST(test_manual_fixed_rate_coalesces)
 END_TEST
 
 /*
+ * Fixed rate, late by more periods than a status holds: one call, its
+ * status saturated at INT_MAX, and the next deadline past every period it
+ * covered (not the INT_MAX-th, which lies in the past: that would fire
+ * again at once).  25 days of a 1 ms timer, then one period more.
+ */
+START_TEST(test_manual_fixed_rate_status_saturates)
+{
+	struct kairos *k = m_create(_i, 0);
+	struct m_timer p;
+
+	m_init(&p, k);
+	ck_assert_int_eq(kairos_arm_every(k, T_MS, m_cb, &p, &p.id), 0);
+	m_advance(k, ((uint64_t)INT_MAX + 5) * T_MS);
+	ck_assert_int_eq(m_calls(&p), 1);
+	ck_assert_int_eq(m_st(&p, 0), INT_MAX);
+	m_advance(k, T_MS);
+	ck_assert_int_eq(m_calls(&p), 2);
+	ck_assert_int_eq(m_st(&p, 1), 1);
+	ck_assert_int_eq(kairos_cancel(k, p.id), 0);
+	ck_assert_int_eq(t_int(&p.bad), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
+/*
  * Fixed delay: next = end of the callback + period.  The callback "takes"
  * 3 ms (it advances the clock itself), so the runs are at 10, 23, 36 ms;
  * a late run covers one expiration and the next is a period after it.
@@ -1043,6 +1068,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_manual_cancel_and_reset, 0, 2);
 	tcase_add_loop_test(tc, test_manual_slack, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_rate_coalesces, 0, 2);
+	tcase_add_loop_test(tc, test_manual_fixed_rate_status_saturates, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_delay, 0, 2);
 	tcase_add_loop_test(tc, test_manual_skip, 0, 2);
 	tcase_add_loop_test(tc, test_manual_queue, 0, 4);
