@@ -15,6 +15,10 @@ _Atomic int fault_post;
 _Atomic int fault_post_held;
 _Atomic int fault_take_hold;
 _Atomic int fault_take_held;
+_Atomic int fault_reset_hold;
+_Atomic int fault_reset_held;
+_Atomic int fault_pass_hold;
+_Atomic int fault_pass_held;
 _Atomic int fault_membarrier;
 _Atomic long fault_suspend_ticks;
 _Atomic long fault_suspend_ns;
@@ -65,4 +69,27 @@ void fault_take_wait(const _Atomic bool *closed)
 		sched_yield();
 		clock_gettime(CLOCK_MONOTONIC, &t);
 	} while (!atomic_load_explicit(closed, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
+}
+
+/* Holds while *@flag is set (two seconds at most), having set *@held. */
+static void hold_while(_Atomic int *flag, _Atomic int *held)
+{
+	struct timespec t0, t;
+
+	atomic_store_explicit(held, 1, memory_order_seq_cst);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		sched_yield();
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (atomic_load_explicit(flag, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
+}
+
+void fault_reset_wait(void)
+{
+	hold_while(&fault_reset_hold, &fault_reset_held);
+}
+
+void fault_pass_wait(void)
+{
+	hold_while(&fault_pass_hold, &fault_pass_held);
 }

@@ -1153,6 +1153,7 @@ void shard_free(struct shard *s);
 int shard_start(struct shard *s);
 void shard_stop(struct shard *s);
 bool shard_post(struct shard *s, struct rec *r, uint64_t tick);
+bool shard_post_recheck(struct shard *s, struct rec *r, uint64_t tick);
 void shard_posts_taken(struct shard *s);
 void shard_drain(struct kairos *k, struct shard *s, int how, uint64_t *count);
 kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state);

@@ -746,7 +746,8 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 		r->wt.link.prev = *back ? &(*back)->wt.link : NULL;
 		*back = r;
 	}
-	if (shard_post(s, r, tick))
+	/* A keyed timer is another thread's to reset before this post. */
+	if (kn ? shard_post_recheck(s, r, tick) : shard_post(s, r, tick))
 		*behind = s->index + 1;
 	return 0;
 }
@@ -1234,8 +1235,12 @@ reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r, uint64
 	 */
 	was = timer_reset_give(r, held, earlier || periodic, periodic, false);
 	/* A reset never waits for a shard that is behind: it adds no record. */
-	if ((earlier || periodic) && !(was & ST_QUEUED))
-		(void)shard_post(s, r, tick);
+	if ((earlier || periodic) && !(was & ST_QUEUED)) {
+		/* A test holds the post here, the record QUEUED (fault.h). */
+		if (__builtin_expect(atomic_load_explicit(&fault_reset_hold, memory_order_relaxed), 0))
+			fault_reset_wait();
+		(void)shard_post_recheck(s, r, tick);
+	}
 	else if (earlier &&
 		 tick < sleep_tick_of(atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst)))
 		shard_wake(s);

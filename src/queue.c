@@ -215,7 +215,7 @@ static uint64_t end_chain(struct kairos *k, struct rec *first)
 			table_retire(k, s, r);
 			continue;
 		case CLAIM_UNPARKED:
-			(void)shard_post(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
+			(void)shard_post_recheck(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
 			continue;
 		case CLAIM_RUN:
 			break;
@@ -331,7 +331,7 @@ static bool ring_post(struct shard *s, struct kairos_queue *q, struct rec *first
 			table_retire(k, s, r);
 			continue;
 		case CLAIM_UNPARKED:
-			(void)shard_post(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
+			(void)shard_post_recheck(s, r, __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED));
 			continue;
 		case CLAIM_RUN:
 			break;
@@ -582,7 +582,7 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 				break;
 			case CLAIM_UNPARKED:
 				/* Never waits: only arms do. */
-				(void)shard_post(t.s, r, __atomic_load_n(&r->wt.deadline,
+				(void)shard_post_recheck(t.s, r, __atomic_load_n(&r->wt.deadline,
 									 __ATOMIC_RELAXED));
 				break;
 			case CLAIM_RUN:

@@ -66,7 +66,8 @@ kairos_id shard_rec_id(struct shard *s, struct rec *r, uint64_t state)
  * kairos.c); nothing else waits, and a shard thread never does: two shards
  * whose inline callbacks post to each other would wait for each other.
  */
-bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
+static inline __attribute__((always_inline)) bool
+post(struct shard *s, struct rec *r, uint64_t tick, bool recheck)
 {
 	struct rec *old = atomic_load_explicit(&s->inbox, memory_order_relaxed);
 	uint64_t sleep;
@@ -84,6 +85,25 @@ bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 	 * until and wakes it.
 	 */
 	sleep = atomic_load_explicit(&s->sleep_tick, memory_order_seq_cst);
+	if (recheck) {
+		/*
+		 * A reset that moved the deadline earlier since this poster
+		 * made the record QUEUED left the post to it (kairos.c,
+		 * reset_rec()), and woke nobody if it found the shard mid-pass.
+		 * The seq_cst load of the state pairs with that reset's seq_cst
+		 * give and its load of sleep_tick: either this sees its
+		 * version, and with it the deadline it stored before, or it
+		 * sees the tick the shard sleeps until.  A deadline read from a
+		 * record the shard has taken since costs a needless wake at
+		 * most.
+		 */
+		uint64_t now_tick;
+
+		(void)atomic_load_explicit(&r->state, memory_order_seq_cst);
+		now_tick = __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
+		if (now_tick < tick)
+			tick = now_tick;
+	}
 	if (tick < sleep_tick_of(sleep))
 		goto wake;
 	/*
@@ -102,6 +122,22 @@ bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
 wake:
 	shard_wake(s);
 	return false;
+}
+
+bool shard_post(struct shard *s, struct rec *r, uint64_t tick)
+{
+	return post(s, r, tick, false);
+}
+
+/*
+ * shard_post_recheck - shard_post() for a poster that made @r QUEUED before
+ * this call, while other threads could reset it (a reset, a periodic
+ * re-arm, a keyed arm, a queue's unparking): wakes @s for the record's own
+ * deadline too, when a reset has moved it earlier meanwhile.
+ */
+bool shard_post_recheck(struct shard *s, struct rec *r, uint64_t tick)
+{
+	return post(s, r, tick, true);
 }
 
 /*
@@ -805,6 +841,9 @@ static void *shard_main(void *arg)
 		int ev;
 
 		atomic_store_explicit(&s->sleep_tick, 0, memory_order_seq_cst);
+		/* A test holds a pass here, mid-pass to posters (fault.h). */
+		if (__builtin_expect(atomic_load_explicit(&fault_pass_hold, memory_order_relaxed), 0))
+			fault_pass_wait();
 		next = pass(s, &posted);
 		if (next <= s->wheel.curr) {
 			/* Only deferred records are due: their holders are mid-update. */

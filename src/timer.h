@@ -296,9 +296,16 @@ static inline uint64_t timer_reset_give(struct rec *r, uint64_t held, bool queue
 			want = (want & ~ST_FAR) | ST_QUEUED;
 		if (rebase)
 			want |= ST_REBASE;
-		/* Release: the deadline before the word that lets the shard read it. */
+		/*
+		 * Release: the deadline before the word that lets the shard
+		 * read it.  seq_cst: a reset that leaves the post to a poster
+		 * that made the record QUEUED (reset_rec()) then loads
+		 * sleep_tick, in one order with that poster's push and its
+		 * look at this word (shard_post_recheck()).  The same locked
+		 * instruction on x86.
+		 */
 		if (atomic_compare_exchange_weak_explicit(&r->state, &held, want,
-							  memory_order_release,
+							  memory_order_seq_cst,
 							  memory_order_relaxed))
 			return held;
 	}

@@ -116,7 +116,7 @@ void worker_rearm(struct shard *s, struct rec *r)
 	if (old & ST_WAITERS)
 		service_event(s->k);
 	/* Never waits (only arms do): a worker may be what the shard waits on. */
-	(void)shard_post(s, r, tick);
+	(void)shard_post_recheck(s, r, tick);
 }
 
 /*

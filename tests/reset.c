@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 
 #include "t_util.h"
+#include "internal.h"	/* a shard's sleep_tick */
+#include "../src/fault.h"	/* fault_reset_hold, fault_pass_hold */
 
 /* ------------------------------------------------------------------ */
 /* Reset                                                               */
@@ -451,6 +453,109 @@ START_TEST(test_reset_n_errors)
 }
 END_TEST
 
+static atomic_uint_least64_t race_started;
+
+static void cb_quiet(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+}
+
+static void cb_started(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	if (status > 0)
+		atomic_store(&race_started, t_mono());
+}
+
+struct race_reset {
+	struct kairos *k;
+	kairos_id id;
+	int rc;
+};
+
+static void *race_reset_main(void *arg)
+{
+	struct race_reset *r = arg;
+
+	r->rc = kairos_reset(r->k, r->id, 2 * T_SEC);
+	return NULL;
+}
+
+/*
+ * A reset that moves a timer earlier while another reset's post of it is
+ * on its way (the record QUEUED: the second reset leaves the post to the
+ * first) has the shard woken for the earlier deadline, even when it found
+ * the shard mid-pass.  W at 1.5 s, X at 3 s; an arm at 3.5 s wakes the
+ * shard into a pass that is held at its start (sleep_tick 0); one thread
+ * resets X to 2 s and is held with X QUEUED before its post; this one
+ * resets X to 2 ms, which finds X QUEUED and the shard mid-pass, so it
+ * wakes nobody; the pass takes the arm's post and the shard sleeps a
+ * SHARD_FLUSH_NS (10 ms); then the 2 s post lands.  That post must wake
+ * the shard for X's 2 ms (without, X waited for the flush, up to 8 ms
+ * late): as it returns, the shard has a wake pending or has woken.  (A
+ * thread held up past the flush sees the flush's wake: a pass, not a
+ * false failure.)
+ */
+START_TEST(test_reset_earlier_while_post_on_its_way)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct race_reset rr = { 0 };
+	uint64_t before, started, wakeups;
+	struct kairos_stats st;
+	struct shard *s;
+	struct kairos *k;
+	kairos_id w, v;
+	pthread_t th;
+
+	k = t_create(&c);
+	s = k->shards[0];
+	rr.k = k;
+	ck_assert_int_eq(kairos_arm(k, 1500 * T_MS, cb_quiet, NULL, &w), 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_started, NULL, &rr.id), 0);
+	/* The arms' passes are over: the shard sleeps until W's visit. */
+	t_sleep_ms(100);
+	atomic_store(&fault_pass_held, 0);
+	atomic_store(&fault_pass_hold, 1);
+	ck_assert_int_eq(kairos_arm(k, 3500 * T_MS, cb_quiet, NULL, &v), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&fault_pass_held); i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_pass_held), 1);
+	atomic_store(&fault_reset_held, 0);
+	atomic_store(&fault_reset_hold, 1);
+	ck_assert_int_eq(pthread_create(&th, NULL, race_reset_main, &rr), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&fault_reset_held); i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_reset_held), 1);
+	before = t_mono();
+	ck_assert_int_eq(kairos_reset(k, rr.id, 2 * T_MS), 0);
+	atomic_store(&fault_pass_hold, 0);
+	for (int i = 0; i < 1000 && !atomic_load(&s->sleep_tick); i++)
+		t_sleep_ms(1);
+	ck_assert_uint_ne(atomic_load(&s->sleep_tick), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	wakeups = st.wakeups;
+	atomic_store(&fault_reset_hold, 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_msg(atomic_load(&s->wake_pending) || st.wakeups > wakeups,
+		      "the post of a timer reset earlier meanwhile woke nobody");
+	ck_assert_int_eq(rr.rc, 0);
+	for (int i = 0; i < 4000 && !atomic_load(&race_started); i++)
+		t_sleep_ms(1);
+	started = atomic_load(&race_started);
+	ck_assert_msg(started, "X never ran");
+	ck_assert_uint_ge(started, before + 2 * T_MS);
+	ck_assert_msg(started - before < 700 * T_MS, "X started %.1f ms after its reset to 2 ms",
+		      (double)(started - before) / 1e6);
+	ck_assert_int_eq(kairos_cancel(k, w), 0);
+	ck_assert_int_eq(kairos_cancel(k, v), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reset");
@@ -468,6 +573,7 @@ int main(void)
 	tcase_add_test(tc, test_reset_storm);
 	tcase_add_test(tc, test_reset_n_moves_all);
 	tcase_add_test(tc, test_reset_n_errors);
+	tcase_add_test(tc, test_reset_earlier_while_post_on_its_way);
 	suite_add_tcase(s, tc);
 	return t_main(s, "reset");
 }
