@@ -372,11 +372,17 @@ bool arrival_open(struct shard *s, struct tstate *t, uint64_t fire, uint64_t now
 	return true;
 }
 
-/* A dormant block's thread published again: the shard looks at it anew. */
+/*
+ * A dormant block's thread published again: the shard looks at it anew.
+ * Woken whatever wake_pending says (once per rousing): the entry's
+ * publication and wake_pending have no seq_cst handshake, so a stale
+ * wake_pending could pair with a shard that cleared it and read the block
+ * before the entry (x86 orders these through the exchange; C11 does not).
+ */
 void arrival_rouse(struct shard *s, struct arrival *b)
 {
 	if (atomic_exchange_explicit(&b->dormant, 0, memory_order_relaxed))
-		shard_wake(s);
+		shard_wake_always(s);
 }
 
 /* Without membarrier(): the entry published with a fence, the shard woken if it sleeps past it. */

@@ -1019,7 +1019,12 @@ int shard_start(struct shard *s)
 void shard_stop(struct shard *s)
 {
 	atomic_store_explicit(&s->stop, 1, memory_order_release);
-	shard_wake(s);
+	/*
+	 * Always: stop and wake_pending have no seq_cst handshake, so a stale
+	 * wake_pending read here could pair with a shard that cleared it and
+	 * read stop before this store, and both would wait.
+	 */
+	shard_wake_always(s);
 	thread_join(s->thread);
 	s->ops->fini(s);
 }
