@@ -59,20 +59,8 @@ int fault_post_refuse(void)
 	return -EBUSY;
 }
 
-void fault_take_wait(const _Atomic bool *closed)
-{
-	struct timespec t0, t;
-
-	atomic_store_explicit(&fault_take_held, 1, memory_order_seq_cst);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		sched_yield();
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (!atomic_load_explicit(closed, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
-}
-
-/* Holds while *@flag is set (two seconds at most), having set *@held. */
-static void hold_while(_Atomic int *flag, _Atomic int *held)
+/* Holds while *@hold is set (two seconds at most), having set *@held (fault.h). */
+void fault_hold(_Atomic int *hold, _Atomic int *held)
 {
 	struct timespec t0, t;
 
@@ -81,15 +69,5 @@ static void hold_while(_Atomic int *flag, _Atomic int *held)
 	do {
 		sched_yield();
 		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (atomic_load_explicit(flag, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
-}
-
-void fault_reset_wait(void)
-{
-	hold_while(&fault_reset_hold, &fault_reset_held);
-}
-
-void fault_pass_wait(void)
-{
-	hold_while(&fault_pass_hold, &fault_pass_held);
+	} while (atomic_load_explicit(hold, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
 }

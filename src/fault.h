@@ -38,27 +38,22 @@ extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
  */
 int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
- * Non-zero: a take or run of a queue (drain(), queue.c) holds with the
- * queue's list in hand, until the queue is closed (two seconds at most),
- * having set fault_take_held to 1: a window in which a test destroys the
- * queue.  It spins and yields, as it is inside a read-side section.
+ * Test holds, each until the test clears its flag (two seconds at most),
+ * having set its _held to 1; they spin and yield, since the take and the
+ * reset are inside a read-side section:
+ *  - fault_take_hold: a take or run of a queue (drain(), queue.c), the
+ *    queue's list in hand: a window in which a test destroys the queue;
+ *  - fault_reset_hold: a reset that posts its record (reset_rec(),
+ *    kairos.c), between making it QUEUED and posting it;
+ *  - fault_pass_hold: a shard pass at its start, sleep_tick 0 (shard.c).
  */
 extern _Atomic int fault_take_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_take_held __attribute__((visibility("hidden")));
-void fault_take_wait(const _Atomic bool *closed) __attribute__((visibility("hidden")));
-/*
- * Non-zero: the next reset that posts its record (reset_rec(), kairos.c)
- * holds between making it QUEUED and posting it, and a shard pass holds at
- * its start with sleep_tick 0 (fault_pass_hold; shard.c), each until the
- * test clears its flag (two seconds at most), having set its _held to 1.
- * They spin and yield: the reset is inside a read-side section.
- */
 extern _Atomic int fault_reset_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_reset_held __attribute__((visibility("hidden")));
 extern _Atomic int fault_pass_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_pass_held __attribute__((visibility("hidden")));
-void fault_reset_wait(void) __attribute__((visibility("hidden")));
-void fault_pass_wait(void) __attribute__((visibility("hidden")));
+void fault_hold(_Atomic int *hold, _Atomic int *held) __attribute__((visibility("hidden")));
 /*
  * Non-zero before a process's first service: membarrier() is taken as
  * refused, and arrivals are published with a fence each (arrival.c).

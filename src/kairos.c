@@ -1238,7 +1238,7 @@ reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r, uint64
 	if ((earlier || periodic) && !(was & ST_QUEUED)) {
 		/* A test holds the post here, the record QUEUED (fault.h). */
 		if (__builtin_expect(atomic_load_explicit(&fault_reset_hold, memory_order_relaxed), 0))
-			fault_reset_wait();
+			fault_hold(&fault_reset_hold, &fault_reset_held);
 		(void)shard_post_recheck(s, r, tick);
 	}
 	else if (earlier &&

@@ -557,9 +557,9 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 		mutex_unlock(&q->lock);
 		if (!r)
 			break;
-		/* A test holds here, this list in hand, until the queue is destroyed (fault.h). */
+		/* A test holds here, this list in hand, and destroys the queue (fault.h). */
 		if (__builtin_expect(atomic_load_explicit(&fault_take_hold, memory_order_relaxed), 0))
-			fault_take_wait(&q->closed);
+			fault_hold(&fault_take_hold, &fault_take_held);
 		for (; r; r = next) {
 			uint64_t old;
 

@@ -843,7 +843,7 @@ static void *shard_main(void *arg)
 		atomic_store_explicit(&s->sleep_tick, 0, memory_order_seq_cst);
 		/* A test holds a pass here, mid-pass to posters (fault.h). */
 		if (__builtin_expect(atomic_load_explicit(&fault_pass_hold, memory_order_relaxed), 0))
-			fault_pass_wait();
+			fault_hold(&fault_pass_hold, &fault_pass_held);
 		next = pass(s, &posted);
 		if (next <= s->wheel.curr) {
 			/* Only deferred records are due: their holders are mid-update. */

@@ -888,7 +888,7 @@ static void *q_take_many(void *arg)
  * A take that has the queue's list in hand when the queue is destroyed
  * ends what it had not reached unrun, as the destroy ends what was still
  * waiting (kairos_queue_take(3)): every timer ends once, none is lost.
- * The take is held there (fault_take_hold) until the destroy has run.
+ * The take is held there (fault_take_hold) while the destroy runs.
  */
 START_TEST(test_queue_take_holds_list_at_destroy)
 {
@@ -901,13 +901,11 @@ START_TEST(test_queue_take_holds_list_at_destroy)
 	atomic_store(&fault_take_held, 0);
 	atomic_store(&fault_take_hold, 1);
 	ck_assert_int_eq(pthread_create(&th, NULL, q_take_many, q), 0);
-	for (int i = 0; i < 2000 && !atomic_load(&fault_take_held); i++)
-		t_sleep_ms(1);
-	ck_assert_int_eq(atomic_load(&fault_take_held), 1);
+	ck_assert_int_eq(t_wait_int(&fault_take_held, 1, 2000), 1);
 	/* The list is in the take's hands: nothing waits for the destroy to end. */
 	ck_assert_int_eq(kairos_queue_destroy(q), 0);
-	ck_assert_int_eq(pthread_join(th, &rc), 0);
 	atomic_store(&fault_take_hold, 0);
+	ck_assert_int_eq(pthread_join(th, &rc), 0);
 	/* Closed before it reached any: none handed out. */
 	ck_assert_int_le((int)(intptr_t)rc, 0);
 	ck_assert_int_eq(kairos_stats(k, &st), 0);

@@ -520,15 +520,11 @@ START_TEST(test_reset_earlier_while_post_on_its_way)
 	atomic_store(&fault_pass_held, 0);
 	atomic_store(&fault_pass_hold, 1);
 	ck_assert_int_eq(kairos_arm(k, 3500 * T_MS, cb_quiet, NULL, &v), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&fault_pass_held); i++)
-		t_sleep_ms(1);
-	ck_assert_int_eq(atomic_load(&fault_pass_held), 1);
+	ck_assert_int_eq(t_wait_int(&fault_pass_held, 1, 1000), 1);
 	atomic_store(&fault_reset_held, 0);
 	atomic_store(&fault_reset_hold, 1);
 	ck_assert_int_eq(pthread_create(&th, NULL, race_reset_main, &rr), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&fault_reset_held); i++)
-		t_sleep_ms(1);
-	ck_assert_int_eq(atomic_load(&fault_reset_held), 1);
+	ck_assert_int_eq(t_wait_int(&fault_reset_held, 1, 1000), 1);
 	before = t_mono();
 	ck_assert_int_eq(kairos_reset(k, rr.id, 2 * T_MS), 0);
 	atomic_store(&fault_pass_hold, 0);
