@@ -149,7 +149,7 @@ out:
 	 * worker's run, or its shard's pass): the time moves, the shards are
 	 * woken, and whoever waits (an enclosing advance) waits for the rest.
 	 */
-	if (rc || tls_service == k)
+	if (rc || in_service(k))
 		return rc;
 	return clock_settle(k);
 }

@@ -871,10 +871,60 @@ void clock_quiet_mark(struct kairos *k);
 int service_enter(struct kairos *k);
 void service_leave(void);
 
-/* The service and timer whose callback this thread is running, if any. */
+/*
+ * Which services this thread must not wait for.  tls_service: the service
+ * whose shard or worker thread this is (its destroy joins the thread).
+ * tls_frame: the callbacks this thread is inside, innermost first, one
+ * frame on the stack of each delivery; a callback can run another
+ * service's (kairos_queue_run() from a callback), so one pair would forget
+ * the outer.  Only this thread reads and writes them.
+ */
+struct cb_frame {
+	struct kairos *k;
+	kairos_id id;
+	const struct cb_frame *up;
+};
 extern _Thread_local struct kairos *tls_service KAIROS_HIDDEN;
 extern _Thread_local struct shard *tls_shard KAIROS_HIDDEN;	/* on a shard thread */
-extern _Thread_local kairos_id tls_timer KAIROS_HIDDEN;
+extern _Thread_local const struct cb_frame *tls_frame KAIROS_HIDDEN;
+
+/* Around a callback of (@k, @id): cb_enter(&f, k, id); fn(...); cb_leave(&f). */
+static inline void cb_enter(struct cb_frame *f, struct kairos *k, kairos_id id)
+{
+	f->k = k;
+	f->id = id;
+	f->up = tls_frame;
+	tls_frame = f;
+}
+
+static inline void cb_leave(const struct cb_frame *f)
+{
+	tls_frame = f->up;
+}
+
+/*
+ * Whether a wait for @k to stop would wait for this thread: it is one of
+ * @k's own threads, or inside a callback of @k (kairos_destroy(@k) says
+ * -EDEADLK there, a cancel_sync during @k's destroy waits for its run alone).
+ */
+static inline bool in_service(const struct kairos *k)
+{
+	if (tls_service == k)
+		return true;
+	for (const struct cb_frame *f = tls_frame; f; f = f->up)
+		if (f->k == k)
+			return true;
+	return false;
+}
+
+/* Whether this thread is inside the callback of (@k, @id). */
+static inline bool in_callback(const struct kairos *k, kairos_id id)
+{
+	for (const struct cb_frame *f = tls_frame; f; f = f->up)
+		if (f->k == k && f->id == id)
+			return true;
+	return false;
+}
 
 /* ---- a calling thread's state (thread.c) -----------------------------------
  * One per thread, for the service it called last; see thread.c.  Other

@@ -400,7 +400,7 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 
 	if (!k)
 		return -EINVAL;
-	if (tls_service == k)
+	if (in_service(k))
 		return -EDEADLK;
 	if (atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -ESHUTDOWN;
@@ -1085,7 +1085,7 @@ static void wait_destroyed(struct kairos *k)
  */
 static void wait_destroy_over(struct kairos *k, kairos_id id)
 {
-	if (tls_service == k)
+	if (in_service(k))
 		wait_run_in_destroy(k, id);
 	else
 		wait_destroyed(k);
@@ -1103,7 +1103,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	int rc;
 
 	rc = enter_valid(k, id != 0);
-	if (rc == -ESHUTDOWN && id && !(tls_service == k && tls_timer == id) &&
+	if (rc == -ESHUTDOWN && id && !in_callback(k, id) &&
 	    !atomic_load_explicit(&k->forked, memory_order_relaxed)) {
 		/*
 		 * Destroy has begun, and its callbacks may still run: as for a
@@ -1114,7 +1114,7 @@ KAIROS_EXPORT int kairos_cancel_sync(struct kairos *k, kairos_id id)
 	if (rc)
 		return rc;
 	rc = cancel(k, ts_mine(k), id, &seen);
-	if (rc != -EBUSY || (tls_timer == id && tls_service == k)) {
+	if (rc != -EBUSY || in_callback(k, id)) {
 		/* From its own callback waiting would never end; later runs are stopped. */
 		service_leave();
 		return rc == -EBUSY ? -EDEADLK : rc;

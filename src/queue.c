@@ -505,17 +505,14 @@ static void expiry_finish(struct kairos_queue *q, struct rec *r, uint64_t old,
 			.status = status,
 		};
 	} else if (r->fn) {
-		struct kairos *was_service = tls_service;
-		kairos_id was_timer = tls_timer;
+		struct cb_frame f;
 
 		/* As on a worker: its own cancel_sync and kairos_destroy() say -EDEADLK. */
-		tls_service = k;
-		tls_timer = id;
+		cb_enter(&f, k, id);
 		rcu_read_unlock();
 		r->fn(r->arg, id, status);
 		rcu_read_lock();
-		tls_service = was_service;
-		tls_timer = was_timer;
+		cb_leave(&f);
 	}
 
 	if (periodic) {

@@ -1057,14 +1057,12 @@ void shard_drain_one(struct kairos *k, struct shard *s, struct rec *r, int how, 
 	 * it runs in (kairos.c).
 	 */
 	if (how == KAIROS_DRAIN_NOTIFY && r->fn) {
-		struct kairos *was_service = tls_service;
-		kairos_id was_timer = tls_timer, id = shard_rec_id(s, r, old);
+		struct cb_frame f;
+		kairos_id id = shard_rec_id(s, r, old);
 
-		tls_service = k;
-		tls_timer = id;
+		cb_enter(&f, k, id);
 		r->fn(r->arg, id, -ECANCELED);
-		tls_service = was_service;
-		tls_timer = was_timer;
+		cb_leave(&f);
 	}
 	if (rec_queue_no(r))
 		queue_unref(queue_get(k, rec_queue_no(r)));

@@ -21,7 +21,7 @@
 
 _Thread_local struct kairos *tls_service;
 _Thread_local struct shard *tls_shard;
-_Thread_local kairos_id tls_timer;
+_Thread_local const struct cb_frame *tls_frame;
 
 /* Appends the runs @first..@last (@nruns of them): one lock and one signal. */
 void dqueue_push(struct dqueue *q, struct rec *first, struct rec *last, size_t nruns)
@@ -160,6 +160,7 @@ uint64_t expiry_begin(struct kairos *k, struct shard *s, struct expiry_lane *lan
  */
 void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wtally *w)
 {
+	struct cb_frame f;
 	uint64_t old;
 	int status;
 	bool periodic;
@@ -183,9 +184,9 @@ void worker_deliver(struct kairos *k, struct shard *s, struct rec *r, struct wta
 	else
 		atomic_fetch_add_explicit(&w->lane->fired, 1, memory_order_relaxed);
 
-	tls_timer = id;
+	cb_enter(&f, k, id);
 	r->fn(r->arg, id, status);
-	tls_timer = 0;
+	cb_leave(&f);
 
 	if (periodic) {
 		worker_rearm(s, r);

@@ -488,6 +488,79 @@ START_TEST(test_queue_callback_calls_on_itself)
 END_TEST
 
 /*
+ * A callback of service A that runs a queue of service B: B's callback is
+ * inside A's too.  Its kairos_cancel_sync() of A's running timer and its
+ * kairos_destroy() of A would wait for the run they are inside (or, on A's
+ * worker, join their own thread): both say -EDEADLK, as they do from A's
+ * callback itself.  _i == 0: A's callback runs on A's worker; 1: on this
+ * thread, from A's queue.
+ */
+static struct {
+	struct kairos *a, *b;
+	struct kairos_queue *qb;
+	atomic_int run_rc, sync_a, destroy_a, sync_b, done;
+} q_nest;
+
+static void q_cb_nest_inner(void *arg, kairos_id id, int status)
+{
+	kairos_id outer = *(kairos_id *)arg;
+
+	(void)status;
+	atomic_store(&q_nest.sync_a, kairos_cancel_sync(q_nest.a, outer));
+	atomic_store(&q_nest.destroy_a, kairos_destroy(q_nest.a, KAIROS_DRAIN_DROP));
+	atomic_store(&q_nest.sync_b, kairos_cancel_sync(q_nest.b, id));
+}
+
+static void q_cb_nest_outer(void *arg, kairos_id id, int status)
+{
+	kairos_id *outer = arg;
+
+	(void)status;
+	*outer = id;
+	atomic_store(&q_nest.run_rc, kairos_queue_run(q_nest.qb, 1));
+	atomic_store(&q_nest.done, 1);
+}
+
+START_TEST(test_queue_nested_services)
+{
+	struct kairos_queue *qa = NULL;
+	struct kairos_timer_opts o = { 0 };
+	static kairos_id outer;
+
+	alarm(60);	/* before the fix a wait for its own run: fail, not hang */
+	q_nest.b = q_begin_due(&q_nest.qb, 1, q_cb_nest_inner, &outer);
+	q_nest.a = t_create(NULL);
+	atomic_store(&q_nest.done, 0);
+	atomic_store(&q_nest.run_rc, 1000);
+	atomic_store(&q_nest.sync_a, 1000);
+	atomic_store(&q_nest.destroy_a, 1000);
+	atomic_store(&q_nest.sync_b, 1000);
+	ck_assert(q_readable(q_nest.qb, T_WAIT_MS));
+	if (_i == 1) {
+		ck_assert_int_eq(kairos_queue_create(q_nest.a, &qa), 0);
+		o.queue = qa;
+	}
+	ck_assert_int_eq(kairos_arm_opts(q_nest.a, T_MS, &o, q_cb_nest_outer, &outer, NULL), 0);
+	if (_i == 1) {
+		ck_assert(q_readable(qa, T_WAIT_MS));
+		ck_assert_int_eq(kairos_queue_run(qa, 1), 1);
+	}
+	ck_assert_int_eq(t_wait_int(&q_nest.done, 1, T_WAIT_MS), 1);
+	ck_assert_int_eq(t_int(&q_nest.run_rc), 1);
+	ck_assert_int_eq(t_int(&q_nest.sync_a), -EDEADLK);
+	ck_assert_int_eq(t_int(&q_nest.destroy_a), -EDEADLK);
+	ck_assert_int_eq(t_int(&q_nest.sync_b), -EDEADLK);
+	/* Outside the callbacks both calls work as ever. */
+	if (qa)
+		ck_assert_int_eq(kairos_queue_destroy(qa), 0);
+	ck_assert_int_eq(kairos_destroy(q_nest.a, KAIROS_DRAIN_DROP), 0);
+	ck_assert_int_eq(kairos_queue_destroy(q_nest.qb), 0);
+	ck_assert_int_eq(kairos_destroy(q_nest.b, KAIROS_DRAIN_DROP), 0);
+	alarm(0);
+}
+END_TEST
+
+/*
  * A callback that destroys its own queue: the entries its kairos_queue_run()
  * had taken and not reached end unrun (drained), not run on a queue that is
  * gone.  A manual clock puts all five on the list before the run.
@@ -1156,6 +1229,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_cancel_while_running);
 	tcase_add_test(tc, test_queue_callback_calls_on_itself);
 	tcase_add_test(tc, test_queue_callback_destroys_its_queue);
+	tcase_add_loop_test(tc, test_queue_nested_services, 0, 2);
 	tcase_add_test(tc, test_queue_cancel_races_run_and_take);
 	tcase_add_test(tc, test_queue_destroy_with_entries);
 	tcase_add_test(tc, test_queue_destroy_keeps_reset_entries);

@@ -248,8 +248,9 @@ int kairos_create(const struct kairos_config *cfg, struct kairos **out);
  * hundred bytes stays allocated for that purpose, for the life of the
  * process.  A second, concurrent kairos_destroy() returns -ESHUTDOWN at once.
  *
- * Context: any thread except one of this service's callbacks (-EDEADLK);
- * blocks until callbacks return.
+ * Context: any thread except one of this service's callbacks, or a
+ * callback that one runs through kairos_queue_run() (-EDEADLK); blocks
+ * until callbacks return.
  * Return: the number of timers drained (>= 0); -EINVAL for a NULL @k or a
  * bad @how; -ESHUTDOWN if already destroyed; -EDEADLK from a callback of @k.
  */
@@ -436,7 +437,8 @@ int kairos_prefetch(struct kairos *k, kairos_id id);
  *
  * Context: any thread; blocks while the callback runs, outside any lock and
  * outside RCU read-side sections (other services go on meanwhile).  From the
- * timer's own callback it cannot wait for itself: it stops later runs and
+ * timer's own callback (or a callback that one runs through
+ * kairos_queue_run()) it cannot wait for itself: it stops later runs and
  * returns -EDEADLK.
  * Once @k's destroy has begun the call returns when kairos_destroy() has
  * (the callback has then returned), or, from one of @k's own callbacks,
