@@ -716,7 +716,12 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 		 */
 		rc = key_take(k, kn, a->replace);
 		if (rc) {
-			/* Held: no one can have seen this record; it was never armed. */
+			/*
+			 * Held: it was never armed, and no one has its id.  (A
+			 * cancel_sync holding an earlier life's id may read
+			 * e->key meanwhile: it reads the generation before the
+			 * node, which is freed at once, in key_release_slow().)
+			 */
 			atomic_store_explicit(&e->key, NULL, memory_order_relaxed);
 			timer_unpublish(r);
 			arm_count(k, t, -1);

@@ -431,11 +431,19 @@ void key_release_slow(struct kairos *k, struct rec *r, kairos_id id)
 			continue;
 		}
 		/*
-		 * Another life's node: its release is not this caller's.  (A
-		 * node still in e->key is in the table or on its way out, not
-		 * freed: the caller's section holds it.)
+		 * Another life's node: its release is not this caller's.  A
+		 * caller that knows only @id may come after @r was retired
+		 * and taken again: that later arm gives @r its generation
+		 * before it stores its node (release, paired with the
+		 * acquire that loaded @kn), and frees the node at once if its
+		 * key turns out held (arm()).  So the generation is read
+		 * before the node is.  A node of @id's own life is in the
+		 * table or on its way out, freed a grace period after it
+		 * left e->key: the caller's section holds it.
 		 */
-		if (id && kn->id != id)
+		if (id && (st_gen(atomic_load_explicit(&r->state, memory_order_relaxed)) !=
+				   id_gen(id) ||
+			   kn->id != id))
 			return;
 		if (atomic_compare_exchange_weak_explicit(&e->key, &kn, KEY_RELEASING,
 							  memory_order_acq_rel,
