@@ -46,6 +46,14 @@ __thread struct tstate tls_ts;
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
 static bool ts_key_ok;
+/*
+ * Set once the key's destructor has run: a later destructor of the
+ * program's may still call in (glibc runs them in rounds, the last with no
+ * round after it), and those calls must not join a list that nothing would
+ * take the thread off again.  They count on the shared counters, as a
+ * thread without a key slot does.
+ */
+static __thread bool tls_ts_exited;
 
 static void thr_lock(struct kairos *k)
 {
@@ -137,6 +145,7 @@ static void ts_leave(struct tstate *t)
 static void ts_exit(void *arg)
 {
 	ts_leave(arg);
+	tls_ts_exited = true;
 }
 
 static void ts_key_make(void)
@@ -195,8 +204,9 @@ static struct shard *ts_pick_join(struct kairos *k)
  * records it cancels come back to the pool it takes from.
  *
  * NULL when @k is being destroyed, or when the thread cannot be made to hand
- * its state back at exit (no key slot); such calls count on the service's
- * shared counters and take records from the pool one at a time.
+ * its state back at exit (no key slot, or its exit has begun); such calls
+ * count on the service's shared counters and take records from the pool
+ * one at a time.
  */
 struct tstate *ts_attach(struct kairos *k)
 {
@@ -207,7 +217,7 @@ struct tstate *ts_attach(struct kairos *k)
 
 	if (err)
 		kairos_die_err("pthread_once", err);
-	if (!ts_key_ok || pthread_setspecific(ts_key, t))
+	if (!ts_key_ok || tls_ts_exited || pthread_setspecific(ts_key, t))
 		return NULL;
 	thr_lock(k);
 	/* Under the lock, alive means destroy has not reached ts_detach_all(). */

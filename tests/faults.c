@@ -31,16 +31,7 @@
 #include "internal.h"
 #include "../src/fault.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define F_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define F_TSAN 1
-#endif
-#endif
-#ifndef F_TSAN
-#define F_TSAN 0
-#endif
+#define F_TSAN T_TSAN
 #if defined(__SANITIZE_ADDRESS__)
 #define F_ASAN 1
 #elif defined(__has_feature)

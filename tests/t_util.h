@@ -526,6 +526,16 @@ static inline struct kairos_stats t_check_identity(struct kairos *k, struct t_ta
 #ifndef T_SANITIZED
 #define T_SANITIZED 0
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define T_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+#ifndef T_TSAN
+#define T_TSAN 0
+#endif
 
 /* The generous bound on lateness: a loaded 2-core machine, maybe under ASan. */
 #define T_LATE	(1500 * T_MS)
