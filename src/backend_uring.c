@@ -68,11 +68,24 @@ static int uring_init(struct shard *s)
 	return 0;
 }
 
-/* After io_uring_enter() took @rc SQEs (posts are the last queued). */
-static void taken(struct uring_state *u, int rc)
+/*
+ * After a submit: the posts the kernel has not taken yet, counted on the
+ * ring itself.  A submit may take fewer entries than are queued (the
+ * kernel stops at a request it cannot allocate), so a read queued by one
+ * wait can stay ahead of the next pass's posts: a count of the entries
+ * taken cannot tell which ones went.  The kernel takes them in order, so
+ * the posts still queued are the last ones made.  Nearly always none are
+ * left, and the walk is empty.
+ */
+static void taken(struct uring_state *u)
 {
-	if (rc > 0)
-		u->unsent = (size_t)rc >= u->unsent ? 0 : u->unsent - (size_t)rc;
+	struct io_uring_sq *sq = &u->ring.sq;
+	size_t n = 0;
+
+	for (unsigned pos = io_uring_smp_load_acquire(sq->khead); pos != sq->sqe_tail; pos++)
+		if (sq->sqes[pos & sq->ring_mask].opcode == IORING_OP_MSG_RING)
+			n++;
+	u->unsent = n;
 }
 
 static int queue_read(struct uring_state *u, int fd, uint64_t *buf, uint64_t tag)
@@ -85,7 +98,7 @@ static int queue_read(struct uring_state *u, int fd, uint64_t *buf, uint64_t tag
 
 		if (rc < 0)
 			return rc;
-		taken(u, rc);
+		taken(u);
 		sqe = io_uring_get_sqe(&u->ring);
 		if (!sqe)
 			return -EBUSY;
@@ -152,7 +165,7 @@ static int uring_wait(struct shard *s)
 	} while (rc == -EINTR);
 	if (rc < 0)
 		return rc;
-	taken(u, rc);
+	taken(u);
 	reap(s, u);
 	ev = u->ev;
 	rc = u->err;
@@ -176,7 +189,7 @@ static int uring_submit(struct shard *s)
 	} while (rc == -EINTR);
 	if (rc < 0)
 		return rc;
-	taken(u, rc);
+	taken(u);
 	/* A post to an ordinary ring completes inside the submit: end it now. */
 	reap(s, u);
 	return 0;
@@ -246,13 +259,10 @@ static void uring_settle(struct shard *s)
 
 	if (!u)
 		return;
-	if (s->nposting) {
-		int rc = io_uring_submit(&u->ring);
-
-		/* A short submit leaves some unsent: they are abandoned below. */
-		if (rc >= 0)
-			taken(u, rc);
-	}
+	if (s->nposting)
+		(void)io_uring_submit(&u->ring);
+	/* What it did not take (a short or failed submit) is abandoned below. */
+	taken(u);
 	reap(s, u);
 	for (int i = 0; i < 100 && s->nposting > u->unsent; i++) {
 		struct __kernel_timespec ts = { .tv_nsec = 10 * 1000 * 1000 };
