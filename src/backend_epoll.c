@@ -69,7 +69,7 @@ static int consume(struct shard *s, int bit)
 {
 	uint64_t v;
 
-	/* EAGAIN: a settime raced the report; ECANCELED: the clock was set. */
+	/* EAGAIN: a settime raced the report; ECANCELED only with TFD_TIMER_CANCEL_ON_SET (unused). */
 	if (read(bit == BK_TIMER ? s->tfd : s->efd, &v, sizeof(v)) < 0 && errno != EAGAIN &&
 	    errno != ECANCELED)
 		return -errno;

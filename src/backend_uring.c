@@ -118,7 +118,7 @@ static void reap(struct shard *s, struct uring_state *u)
 		seen++;
 		if (cqe->user_data == UD_TIMER) {
 			u->tread = false;
-			/* -ECANCELED: the clock was set (CANCEL_ON_SET is not used). */
+			/* -ECANCELED: the read was cancelled (no TFD_TIMER_CANCEL_ON_SET here). */
 			if (cqe->res == sizeof(uint64_t) || cqe->res == -ECANCELED)
 				u->ev |= BK_TIMER;
 		} else if (cqe->user_data == UD_WAKE) {

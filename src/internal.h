@@ -1079,7 +1079,7 @@ void rbundle_flush(struct kairos *k, struct shard *s, struct rbundle *b);
 
 /*
  * The chunk of record @idx of @s, or NULL before it is made.  Acquire pairs
- * with grow()'s release: its records and arrays are initialised.
+ * with chunk_install()'s release: its records and arrays are initialised.
  */
 static inline struct rec_chunk *table_chunk(struct shard *s, uint32_t idx)
 {

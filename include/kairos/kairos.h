@@ -140,7 +140,7 @@ struct kairos_config {
  * kairos_config.flags: every timer takes "now" from clock_gettime(), as
  * exact timers always do.  Without it, on x86-64 machines whose kernel
  * keeps time with the CPU's time-stamp counter, a timer with at least
- * 50 us (and one tick) of slack takes it from that counter, read without
+ * 50 us of slack in whole ticks takes it from that counter, read without
  * waiting for the instructions before it, and may fire up to 20 us later
  * for it, never earlier.  See kairos_arm_slack(3).
  */
@@ -750,7 +750,7 @@ int kairos_backend_info(struct kairos *k, unsigned shard, const char **name, con
 
 /*
  * kairos_clock_info - which clock the slack timers of @k read, and why.
- * @name: set to "tsc" (timers with at least 50 us and one tick of slack
+ * @name: set to "tsc" (timers with at least 50 us of slack in whole ticks
  *        read the time-stamp counter, see KAIROS_EXACT_CLOCK),
  *        "clock_gettime" (every timer reads the service clock exactly) or
  *        "manual" (KAIROS_CLOCK_MANUAL); may be NULL
