@@ -191,7 +191,10 @@ out:
  * where the distance wraps and the read is an ordered one; only a counter
  * that had climbed back to within one span after a thread's anchor at the
  * moment of that thread's first call could be misread, a 50 us window in
- * the machine's uptime.
+ * the machine's uptime.  A counter the clock stops following at run time
+ * (the kernel's clocksource moved off it, another CPU's counter lagging)
+ * is caught where a thread's new anchor is compared with its last
+ * (fast_behind()), and the counter is turned off for good.
  */
 _Thread_local struct fast_anchor fast_anchor;
 
@@ -217,6 +220,11 @@ static struct {
 	_Atomic unsigned base_at;	/* the one in use */
 	_Atomic unsigned base_used;	/* slots claimed */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
+	/*
+	 * Set, never cleared, when a thread finds the counter behind the clock
+	 * (fast_behind()): from then on every read is an ordered one.
+	 */
+	_Atomic int off;
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 #if defined(__x86_64__)
@@ -477,13 +485,48 @@ void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t 
 	a->span = mult && width <= FAST_PAIR_NS ? (FAST_SPAN_NS << 32) / mult : 0;
 }
 
+#if defined(__x86_64__)
+/*
+ * Whether the counter fell behind the clock between the thread's last
+ * anchor @a and the clean pair (@tsc, @ns) it takes now: the clock moved on
+ * further than the counter did at the rate @mult, by more than half the
+ * margin.  Both pairs clean, and the two 1 ms apart at most, their
+ * difference is the pairs' widths and the rate's error: 3 us at most.  More
+ * is a counter the clock no longer follows (the kernel moved its
+ * clocksource off it, a counter of another CPU behind this one's, a reset),
+ * whose estimates could come early; fast.off then turns it off.  Threads
+ * that still hold an anchor use it out, a span at most.
+ */
+static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t mult)
+{
+	/* 1 ms in counter ticks, from the span: no division here. */
+	int64_t d = (int64_t)(tsc - a->tsc), window = (int64_t)(a->span * FAST_CHECK_SPANS);
+	int64_t by_counter, lag;
+
+	if (!a->span || d > window || d < -window)
+		return false;
+	/* |d| <= window keeps the product under 1 ms << 32. */
+	by_counter = d * (int64_t)mult / ((int64_t)1 << 32);
+	lag = (int64_t)(ns - a->ns) - by_counter;
+	if (lag <= (int64_t)(FAST_MARGIN_NS / 2))
+		return false;
+	atomic_store_explicit(&fast.off, 1, memory_order_relaxed);
+	return true;
+}
+#endif
+
+bool fast_clock_off(void)
+{
+	return atomic_load_explicit(&fast.off, memory_order_relaxed) != 0;
+}
+
 uint64_t fast_reanchor(uint64_t tsc)
 {
 #if defined(__x86_64__)
 	uint64_t ns, width, mult, gap;
 
 	/* Set before the first service that uses it was created (see struct fast). */
-	if (fast.known != 1)
+	if (fast.known != 1 || atomic_load_explicit(&fast.off, memory_order_relaxed))
 		return clock_now_ns(CLOCK_MONOTONIC);
 	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
 	if (mult) {
@@ -502,6 +545,9 @@ uint64_t fast_reanchor(uint64_t tsc)
 		dt = __builtin_ia32_rdtsc() - tsc;	/* wraps if the thread moved back */
 		/* Past a span it never serves (nor would the next read be in it). */
 		width = dt > (FAST_SPAN_NS << 32) / mult ? UINT64_MAX : (dt * mult) >> 32;
+		/* Behind: no new anchor, so this thread's next read is ordered too. */
+		if (width <= FAST_PAIR_NS && fast_behind(&fast_anchor, tsc, ns, mult))
+			return ns;
 		fast_anchor_set(&fast_anchor, tsc, ns, width, mult);
 		return ns;
 	}

@@ -48,6 +48,7 @@ static inline uint64_t clock_now_ns(clockid_t clock)
 #define FAST_CAL_NS		UINT64_C(10000000)	/* the rate's measuring interval */
 #define FAST_SUSPEND_NS		UINT64_C(1000000)	/* a suspend this long voids a measure */
 #define FAST_BASES		8	/* first pairs the rate may be measured from */
+#define FAST_CHECK_SPANS	20	/* anchors this close (1 ms) are compared */
 
 struct fast_anchor {
 	uint64_t tsc;		/* counter read before the clock read */
@@ -72,6 +73,13 @@ bool fast_clock_usable(const char **why);
  * @tsc: the counter as the caller just read it (unordered), or 0.
  */
 uint64_t fast_reanchor(uint64_t tsc);
+
+/*
+ * Whether a thread found the counter behind CLOCK_MONOTONIC (two anchors
+ * FAST_CHECK_SPANS apart at most, the clock ahead by more than half the
+ * margin): every read is then an ordered one, for the rest of the process.
+ */
+bool fast_clock_off(void);
 
 /* For tests: the rate (32.32 ns per tick; 0: not yet), and *@bases the first pairs taken. */
 uint64_t fast_calibration(unsigned *bases);

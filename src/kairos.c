@@ -1687,7 +1687,14 @@ KAIROS_EXPORT int kairos_clock_info(struct kairos *k, const char **name, const c
 		return -EINVAL;
 	if (atomic_load_explicit(&k->dead, memory_order_acquire))
 		return -ESHUTDOWN;
-	/* Both fixed at create; the strings are static. */
+	/* Fixed at create, but for a counter found behind the clock later; static strings. */
+	if (k->fast_ticks && fast_clock_off()) {
+		if (name)
+			*name = "clock_gettime";
+		if (why)
+			*why = "the counter fell behind CLOCK_MONOTONIC while in use";
+		return 0;
+	}
 	if (name)
 		*name = k->fast_ticks ? "tsc" : service_manual(k) ? "manual" : "clock_gettime";
 	if (why)

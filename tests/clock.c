@@ -176,11 +176,66 @@ START_TEST(test_clock_fast_never_early)
 }
 END_TEST
 
+/*
+ * A counter that the clock no longer follows (the kernel moved its
+ * clocksource off it, another CPU's counter behind): made up here by an
+ * anchor moved back, which says the clock ran 500 us while the counter ran
+ * two spans.  The next read finds the counter behind, takes no anchor, and
+ * turns the counter off for the process: every later read is an ordered
+ * one (never before the clock read just ahead of it), the services say so,
+ * and slack timers armed after it are still never early.  In a process of
+ * its own (CK_FORK): the switch is never undone.
+ */
+START_TEST(test_clock_counter_behind_turns_off)
+{
+	struct kairos *k = t_create(NULL);
+	struct t_timer tm[8];
+	uint64_t due[8];
+
+	if (!counter_on(k)) {
+		fprintf(stderr, "counter_behind: the counter does not serve here; skipped\n");
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		return;
+	}
+	t_sleep_ns(FAST_CAL_NS + 2 * T_MS);
+	/* A clean anchor at the known rate (a few tries: a pair may be interrupted). */
+	for (int i = 0; i < 1000 && !(fast_anchor.span && fast_anchor.mult); i++)
+		(void)fast_reanchor(__builtin_ia32_rdtsc());
+	ck_assert_msg(fast_anchor.span && fast_anchor.mult, "no clean anchor in 1000 tries");
+	ck_assert(!fast_clock_off());
+	clock_info_is(k, "tsc", "");
+	fast_anchor.tsc -= 2 * fast_anchor.span;
+	fast_anchor.ns -= 500 * T_US;
+	for (int i = 0; i < 1000; i++) {
+		uint64_t before = t_mono(), est = fast_now();
+
+		ck_assert_msg(est >= before, "read %d: %" PRIu64 " ns early", i, before - est);
+	}
+	ck_assert(fast_clock_off());
+	clock_info_is(k, "clock_gettime", "fell behind");
+	for (int i = 0; i < 8; i++) {
+		uint64_t slack = 100 * T_US << i;
+
+		due[i] = t_now(k) + 2 * T_MS;
+		t_timer_init(&tm[i], &tt, due[i], 0);
+		tm[i].deadline = due[i];
+		ck_assert_int_eq(kairos_arm_slack(k, 2 * T_MS, slack, t_cb, &tm[i], &tm[i].id), 0);
+		atomic_fetch_add(&tt.armed, 1);
+	}
+	t_wait_fired(8);
+	for (int i = 0; i < 8; i++)
+		ck_assert_msg(t_u64(&tm[i].first_ns) >= due[i], "timer %d early", i);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* The counter and the clock read together: the narrowest of a few tries. */
 static void tsc_pair_now(uint64_t *tsc, uint64_t *ns)
 {
 	uint64_t best = UINT64_MAX;
 
+	*tsc = *ns = 0;
 	for (int i = 0; i < 20; i++) {
 		uint64_t before = t_mono(), c = __builtin_ia32_rdtsc(), after = t_mono();
 
@@ -423,6 +478,7 @@ int main(void)
 	tcase_add_test(tc, test_clock_estimate);
 	tcase_add_test(tc, test_clock_fast_never_early);
 	tcase_add_test(tc, test_clock_rate_measured_across_a_suspend);
+	tcase_add_test(tc, test_clock_counter_behind_turns_off);
 	tcase_add_test(tc, test_clock_which_timers);
 	tcase_add_loop_test(tc, test_clock_slack_never_early, 0, 2);
 	suite_add_tcase(s, tc);

@@ -756,8 +756,9 @@ int kairos_backend_info(struct kairos *k, unsigned shard, const char **name, con
  *        "manual" (KAIROS_CLOCK_MANUAL); may be NULL
  * @why:  set to a sentence saying why; may be NULL
  *
- * Context: any thread; does not block.  Fixed at create; the strings are
- * static.
+ * Context: any thread; does not block.  Fixed at create, but "tsc" turns
+ * to "clock_gettime" for good once a thread finds the counter behind
+ * CLOCK_MONOTONIC; the strings are static.
  * Return: 0; -EINVAL for a NULL @k; -ESHUTDOWN.
  */
 int kairos_clock_info(struct kairos *k, const char **name, const char **why);

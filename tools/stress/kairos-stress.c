@@ -791,6 +791,15 @@ int main(int argc, char **argv)
 		S.live_tool_pending += S.th[i].nlive + S.th[i].nper;
 	kairos_stats(S.k, &S.live);
 	S.rss_load_kb = rss_kb("VmRSS:");
+	{
+		/* The counter clock may have been turned off during the run. */
+		const char *name, *why;
+
+		if (kairos_clock_info(S.k, &name, &why) == 0 && name && why) {
+			snprintf(S.slack_clock_end.name, sizeof(S.slack_clock_end.name), "%s", name);
+			snprintf(S.slack_clock_end.why, sizeof(S.slack_clock_end.why), "%s", why);
+		}
+	}
 
 	/* What waits in the queues destroyed first ends unrun, counted as drained. */
 	queues_end(true);

@@ -516,6 +516,9 @@ int report_text(FILE *f)
 		fprintf(f, "  shard %u: %s (%s)\n", i, S.backends[i].name, S.backends[i].why);
 	if (S.slack_clock.name[0])
 		fprintf(f, "  slack timers read: %s (%s)\n", S.slack_clock.name, S.slack_clock.why);
+	if (S.slack_clock_end.name[0] && strcmp(S.slack_clock_end.name, S.slack_clock.name))
+		fprintf(f, "  by the end of the load: %s (%s)\n", S.slack_clock_end.name,
+			S.slack_clock_end.why);
 	fprintf(f, "mix:");
 	for (unsigned m = 0; m < M_N; m++)
 		fprintf(f, " %s=%u", mix_names[m], c->mix[m]);
@@ -924,6 +927,7 @@ int report_json(FILE *f)
 	jw_open(&w, "clock", '{');
 	jw_s(&w, "slack_timers_read", S.slack_clock.name);
 	jw_s(&w, "why", S.slack_clock.why);
+	jw_s(&w, "slack_timers_read_at_end", S.slack_clock_end.name);
 	jw_close(&w, '}');
 
 	jw_open(&w, "ops", '{');

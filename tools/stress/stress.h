@@ -476,6 +476,7 @@ struct stress {
 	unsigned nshards;
 	struct backend_row *backends;
 	struct backend_row slack_clock;	/* kairos_clock_info(): what slack timers read */
+	struct backend_row slack_clock_end;	/* the same when the load stopped */
 	uint64_t rss_start_kb, rss_load_kb, rss_end_kb, hwm_kb;
 	struct sample *samples;
 	size_t nsamples, samples_cap;
