@@ -222,7 +222,10 @@ static struct {
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
 	/*
 	 * Set, never cleared, when a thread finds the counter behind the clock
-	 * (fast_behind()): from then on every read is an ordered one.
+	 * (fast_behind()): from then on every read is an ordered one, and
+	 * services created later do not use the counter.  A thread that holds
+	 * an anchor uses it until its next read outside the anchor's span (50
+	 * us of its counter at most), which drops it.
 	 */
 	_Atomic int off;
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -405,6 +408,10 @@ bool fast_clock_usable(const char **why)
 	}
 	usable = fast.known == 1;
 	*why = fast.why;
+	if (usable && atomic_load_explicit(&fast.off, memory_order_relaxed)) {
+		usable = false;
+		*why = FAST_OFF_WHY;
+	}
 	(void)pthread_mutex_unlock(&fast.lock);
 	return usable;
 }
@@ -490,12 +497,14 @@ void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t 
  * Whether the counter fell behind the clock between the thread's last
  * anchor @a and the clean pair (@tsc, @ns) it takes now: the clock moved on
  * further than the counter did at the rate @mult, by more than half the
- * margin.  Both pairs clean, and the two 1 ms apart at most, their
- * difference is the pairs' widths and the rate's error: 3 us at most.  More
- * is a counter the clock no longer follows (the kernel moved its
- * clocksource off it, a counter of another CPU behind this one's, a reset),
- * whose estimates could come early; fast.off then turns it off.  Threads
- * that still hold an anchor use it out, a span at most.
+ * margin and an eighth of the time between.  Both pairs clean, and the two
+ * 1 ms apart at most, their difference is the pairs' widths and the rate's
+ * error (3 us at most) and what the clock's rate was moved by since the
+ * rate was measured: NTP's slew, 0.05%, or adjtimex()'s tick, 10% at most,
+ * which the eighth allows.  More is a counter the clock no longer follows
+ * (the kernel moved its clocksource off it, a counter of another CPU
+ * behind this one's, a reset), whose estimates could come early; fast.off
+ * then turns it off.
  */
 static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t mult)
 {
@@ -508,7 +517,7 @@ static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, 
 	/* |d| <= window keeps the product under 1 ms << 32. */
 	by_counter = d * (int64_t)mult / ((int64_t)1 << 32);
 	lag = (int64_t)(ns - a->ns) - by_counter;
-	if (lag <= (int64_t)(FAST_MARGIN_NS / 2))
+	if (lag <= (int64_t)(FAST_MARGIN_NS / 2) + (int64_t)(ns - a->ns) / 8)
 		return false;
 	atomic_store_explicit(&fast.off, 1, memory_order_relaxed);
 	return true;
@@ -526,8 +535,13 @@ uint64_t fast_reanchor(uint64_t tsc)
 	uint64_t ns, width, mult, gap;
 
 	/* Set before the first service that uses it was created (see struct fast). */
-	if (fast.known != 1 || atomic_load_explicit(&fast.off, memory_order_relaxed))
+	if (fast.known != 1)
 		return clock_now_ns(CLOCK_MONOTONIC);
+	if (atomic_load_explicit(&fast.off, memory_order_relaxed)) {
+		/* The anchor this thread held serves no later read either. */
+		fast_anchor.span = 0;
+		return clock_now_ns(CLOCK_MONOTONIC);
+	}
 	mult = atomic_load_explicit(&fast.mult, memory_order_relaxed);
 	if (mult) {
 		/*
@@ -545,9 +559,15 @@ uint64_t fast_reanchor(uint64_t tsc)
 		dt = __builtin_ia32_rdtsc() - tsc;	/* wraps if the thread moved back */
 		/* Past a span it never serves (nor would the next read be in it). */
 		width = dt > (FAST_SPAN_NS << 32) / mult ? UINT64_MAX : (dt * mult) >> 32;
-		/* Behind: no new anchor, so this thread's next read is ordered too. */
-		if (width <= FAST_PAIR_NS && fast_behind(&fast_anchor, tsc, ns, mult))
+		/*
+		 * Behind: the old anchor serves nothing more (a counter that
+		 * went back would come into its span again) and no new one is
+		 * taken, so this thread's next read is an ordered one too.
+		 */
+		if (width <= FAST_PAIR_NS && fast_behind(&fast_anchor, tsc, ns, mult)) {
+			fast_anchor.span = 0;
 			return ns;
+		}
 		fast_anchor_set(&fast_anchor, tsc, ns, width, mult);
 		return ns;
 	}

@@ -77,9 +77,11 @@ uint64_t fast_reanchor(uint64_t tsc);
 /*
  * Whether a thread found the counter behind CLOCK_MONOTONIC (two anchors
  * FAST_CHECK_SPANS apart at most, the clock ahead by more than half the
- * margin): every read is then an ordered one, for the rest of the process.
+ * margin and an eighth of the time between): every read is then an ordered
+ * one, for the rest of the process, and fast_clock_usable() says no.
  */
 bool fast_clock_off(void);
+#define FAST_OFF_WHY	"the counter fell behind CLOCK_MONOTONIC while in use"
 
 /* For tests: the rate (32.32 ns per tick; 0: not yet), and *@bases the first pairs taken. */
 uint64_t fast_calibration(unsigned *bases);

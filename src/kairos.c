@@ -353,7 +353,7 @@ KAIROS_EXPORT int kairos_create(const struct kairos_config *cfg, struct kairos *
 		k->salt = 1;
 	/*
 	 * Slack timers read the counter clock where it serves the service's
-	 * clock: slack of at least FAST_SLACK_MIN_NS and one tick (clock.h).
+	 * clock: slack of at least FAST_SLACK_MIN_NS in whole ticks (clock.h).
 	 */
 	if (service_manual(k))
 		k->clock_why = "the service runs on the manual clock";
@@ -1692,7 +1692,7 @@ KAIROS_EXPORT int kairos_clock_info(struct kairos *k, const char **name, const c
 		if (name)
 			*name = "clock_gettime";
 		if (why)
-			*why = "the counter fell behind CLOCK_MONOTONIC while in use";
+			*why = FAST_OFF_WHY;
 		return 0;
 	}
 	if (name)
