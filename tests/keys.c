@@ -9,11 +9,14 @@
  * the backend the probe picks and with KAIROS_BACKEND=epoll.
  */
 #include <stdio.h>
+#include <urcu-bp.h>
 
 #include "t_util.h"
 
 /* The key table's size (kairos.key_buckets), for the resize test. */
 #include "../src/internal.h"
+/* key_release_of() and the side entry, for the release by an old id. */
+#include "../src/key.h"
 
 #define LONG_NS	(600 * T_MS * 1000)	/* ten minutes: never fires in a test */
 
@@ -717,6 +720,68 @@ START_TEST(test_key_free_when_cancel_sync_stops_a_periodic)
 }
 END_TEST
 
+/*
+ * kairos_cancel_sync() stopping a periodic keyed timer releases its key by
+ * the timer's id, and may come after the record went back to the pool and
+ * a later keyed arm took it: that arm gives the record its next generation,
+ * stores its node in the record's side entry before it takes its key, and
+ * frees the node at once if the key is held.  So a release by an old id
+ * decides by the record's generation and leaves a later life's node
+ * unread.  Made up here on the record of a keyed timer that ended (its
+ * entry taken from a queue by this thread, which ended it): the next
+ * generation and a node in the entry that carries the old id, so that a
+ * release that read the node would take it.
+ */
+START_TEST(test_key_release_by_old_id_leaves_a_later_node)
+{
+	struct kairos_timer_opts o = { .key = "old", .key_len = 3 };
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos_queue *q;
+	struct kairos_expiry ex;
+	struct key_node *kn;
+	struct rec_ext *e;
+	struct kairos *k;
+	struct shard *s;
+	struct rec *r;
+	kairos_id found;
+	uint64_t was;
+
+	c.clock = KAIROS_CLOCK_MANUAL;
+	k = t_create(&c);
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	o.queue = q;
+	ck_assert_int_eq(kairos_arm_opts(k, T_MS, &o, t_cb_never, NULL, NULL), 0);
+	ck_assert_int_eq(kairos_clock_advance(k, 10 * T_MS), 0);
+	ck_assert_int_eq(kairos_queue_take(q, &ex, 1, (int64_t)T_WAIT_MS * (int64_t)T_MS), 1);
+	ck_assert_int_eq(kairos_key_find(k, "old", 3, &found), -ENOENT);
+	ck_assert_int_eq(key_node_new(k, "new", 3, &kn), 0);
+	key_node_set_id(kn, ex.id);
+
+	urcu_bp_read_lock();
+	r = table_lookup(k, ex.id, &s);
+	ck_assert_ptr_nonnull(r);
+	e = table_ext_peek(s, table_index(s, r));
+	ck_assert_ptr_nonnull(e);
+	was = atomic_load(&r->state);
+	ck_assert_uint_eq(st_of(was), ST_DONE);
+	ck_assert_ptr_null(atomic_load(&e->key));
+	/* What the later arm has done by then. */
+	atomic_store(&r->state, (uint64_t)((st_gen(was) + 1) & GEN_MASK) << 32 | ST_FREE);
+	atomic_store(&e->key, kn);
+	key_release_of(k, r, ex.id);
+	ck_assert_msg(atomic_load(&e->key) == kn, "the release by the old id took the later node");
+	/* Put back as it was: a retired record, its entry empty. */
+	atomic_store(&e->key, NULL);
+	atomic_store(&r->state, was);
+	urcu_bp_read_unlock();
+
+	key_node_free(kn);
+	keys_identity(k, 1);
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* Services with keys start no thread beyond their own, and leave none. */
 START_TEST(test_key_threads_back_to_baseline)
 {
@@ -758,6 +823,7 @@ int main(void)
 	tcase_add_test(tc, test_key_table_grows_and_shrinks);
 	tcase_add_test(tc, test_key_free_when_cancel_returns);
 	tcase_add_test(tc, test_key_free_when_cancel_sync_stops_a_periodic);
+	tcase_add_test(tc, test_key_release_by_old_id_leaves_a_later_node);
 	tcase_add_test(tc, test_key_threads_back_to_baseline);
 	suite_add_tcase(s, tc);
 	return t_main(s, "keys");
