@@ -192,9 +192,9 @@ out:
  * that had climbed back to within one span after a thread's anchor at the
  * moment of that thread's first call could be misread, a 50 us window in
  * the machine's uptime.  A counter the clock stops following at run time
- * (the kernel's clocksource moved off it, another CPU's counter lagging)
- * is caught where a thread's new anchor is compared with its last
- * (fast_behind()), and the counter is turned off for good.
+ * (the kernel's clocksource moved off it) is caught where a thread's new
+ * anchor is compared with its last (fast_behind()), and the counter is
+ * turned off for good.
  */
 _Thread_local struct fast_anchor fast_anchor;
 
@@ -220,15 +220,15 @@ static struct {
 	_Atomic unsigned base_at;	/* the one in use */
 	_Atomic unsigned base_used;	/* slots claimed */
 	_Atomic uint64_t mult;		/* ns per tick, 32.32; 0: not measured yet */
-	/*
-	 * Set, never cleared, when a thread finds the counter behind the clock
-	 * (fast_behind()): from then on every read is an ordered one, and
-	 * services created later do not use the counter.  A thread that holds
-	 * an anchor uses it until its next read outside the anchor's span (50
-	 * us of its counter at most), which drops it.
-	 */
-	_Atomic int off;
 } fast = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/*
+ * Set, never cleared, when a thread finds the counter behind the clock
+ * (fast_behind()): from then on every read is an ordered one (fast_now()
+ * looks at it after each estimate, and a read that finds it set drops the
+ * thread's anchor), and services created later do not use the counter.
+ */
+_Atomic int fast_off;
 
 #if defined(__x86_64__)
 /* The counter after every earlier instruction has finished. */
@@ -408,7 +408,7 @@ bool fast_clock_usable(const char **why)
 	}
 	usable = fast.known == 1;
 	*why = fast.why;
-	if (usable && atomic_load_explicit(&fast.off, memory_order_relaxed)) {
+	if (usable && atomic_load_explicit(&fast_off, memory_order_relaxed)) {
 		usable = false;
 		*why = FAST_OFF_WHY;
 	}
@@ -497,14 +497,17 @@ void fast_anchor_set(struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t 
  * Whether the counter fell behind the clock between the thread's last
  * anchor @a and the clean pair (@tsc, @ns) it takes now: the clock moved on
  * further than the counter did at the rate @mult, by more than half the
- * margin and an eighth of the time between.  Both pairs clean, and the two
+ * margin and a quarter of the time between.  Both pairs clean, and the two
  * 1 ms apart at most, their difference is the pairs' widths and the rate's
  * error (3 us at most) and what the clock's rate was moved by since the
- * rate was measured: NTP's slew, 0.05%, or adjtimex()'s tick, 10% at most,
- * which the eighth allows.  More is a counter the clock no longer follows
- * (the kernel moved its clocksource off it, a counter of another CPU
- * behind this one's, a reset), whose estimates could come early; fast.off
- * then turns it off.
+ * rate was measured: NTP's slew, 0.05%, or adjtimex()'s tick, 10% either
+ * way (22% between a measure and a read), which the quarter allows; the
+ * estimate itself stands a third.  More is a counter the clock no longer
+ * follows (the kernel moved its clocksource off it, a counter reset),
+ * whose estimates could come early; fast_off then turns it off.  (While
+ * the kernel keeps time with the counter, a CPU whose counter lags reads
+ * CLOCK_MONOTONIC from that counter too: no lag shows, and the estimate
+ * is no earlier than that CPU's own clock read.)
  */
 static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, uint64_t mult)
 {
@@ -517,16 +520,16 @@ static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, 
 	/* |d| <= window keeps the product under 1 ms << 32. */
 	by_counter = d * (int64_t)mult / ((int64_t)1 << 32);
 	lag = (int64_t)(ns - a->ns) - by_counter;
-	if (lag <= (int64_t)(FAST_MARGIN_NS / 2) + (int64_t)(ns - a->ns) / 8)
+	if (lag <= (int64_t)(FAST_MARGIN_NS / 2) + (int64_t)(ns - a->ns) / 4)
 		return false;
-	atomic_store_explicit(&fast.off, 1, memory_order_relaxed);
+	atomic_store_explicit(&fast_off, 1, memory_order_relaxed);
 	return true;
 }
 #endif
 
 bool fast_clock_off(void)
 {
-	return atomic_load_explicit(&fast.off, memory_order_relaxed) != 0;
+	return atomic_load_explicit(&fast_off, memory_order_relaxed) != 0;
 }
 
 uint64_t fast_reanchor(uint64_t tsc)
@@ -537,7 +540,7 @@ uint64_t fast_reanchor(uint64_t tsc)
 	/* Set before the first service that uses it was created (see struct fast). */
 	if (fast.known != 1)
 		return clock_now_ns(CLOCK_MONOTONIC);
-	if (atomic_load_explicit(&fast.off, memory_order_relaxed)) {
+	if (atomic_load_explicit(&fast_off, memory_order_relaxed)) {
 		/* The anchor this thread held serves no later read either. */
 		fast_anchor.span = 0;
 		return clock_now_ns(CLOCK_MONOTONIC);

@@ -9,6 +9,7 @@
 #define KAIROS_CLOCK_H
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -58,6 +59,8 @@ struct fast_anchor {
 };
 
 extern _Thread_local struct fast_anchor fast_anchor __attribute__((visibility("hidden")));
+/* Set for good when a thread finds the counter behind the clock (clock.c). */
+extern _Atomic int fast_off __attribute__((visibility("hidden")));
 
 /*
  * Whether the counter clock can serve CLOCK_MONOTONIC in this process: an
@@ -77,7 +80,7 @@ uint64_t fast_reanchor(uint64_t tsc);
 /*
  * Whether a thread found the counter behind CLOCK_MONOTONIC (two anchors
  * FAST_CHECK_SPANS apart at most, the clock ahead by more than half the
- * margin and an eighth of the time between): every read is then an ordered
+ * margin and a quarter of the time between): every read is then an ordered
  * one, for the rest of the process, and fast_clock_usable() says no.
  */
 bool fast_clock_off(void);
@@ -123,7 +126,9 @@ static inline uint64_t fast_now(void)
 #if defined(__x86_64__)
 	uint64_t ns, tsc = __builtin_ia32_rdtsc();
 
-	if (__builtin_expect(fast_est(&fast_anchor, tsc, &ns), 1))
+	/* Once the counter is off (fast_clock_off()), each read is an ordered one. */
+	if (__builtin_expect(fast_est(&fast_anchor, tsc, &ns), 1) &&
+	    __builtin_expect(!atomic_load_explicit(&fast_off, memory_order_relaxed), 1))
 		return ns;
 	return fast_reanchor(tsc);
 #else

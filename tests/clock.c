@@ -176,24 +176,37 @@ START_TEST(test_clock_fast_never_early)
 }
 END_TEST
 
+/* A fresh clean anchor at the known rate, if one comes in 1000 tries. */
+static bool clean_anchor(void)
+{
+	fast_anchor.span = 0;
+	for (int i = 0; i < 1000 && !(fast_anchor.span && fast_anchor.mult); i++)
+		(void)fast_reanchor(__builtin_ia32_rdtsc());
+	return fast_anchor.span && fast_anchor.mult;
+}
+
 /*
- * A slewed clock leaves the counter on.  A counter that the clock no
- * longer follows, as a thread sees it when it moves to a CPU whose counter
- * lags this one's by 300 us, does not: made up here by an anchor whose
- * counter value is moved 300 us of ticks ahead.  The next
- * read falls before the anchor and anchors again: it finds the counter
- * behind the clock and turns the counter off for the process.  The old
- * anchor must not serve again once the counter reaches it (its estimates
- * would be 300 us early): for 1 ms of reads none is early.  The services
- * say so, one created later does not use the counter, and slack timers
- * armed after it are never early.  Last in the case: the switch is never
- * undone (a process of its own under CK_FORK).
+ * A slewed clock leaves the counter on; a counter that the clock no longer
+ * follows does not.  Made up here on a fresh clean anchor each time, with
+ * nothing between it and the read that compares: an anchor whose clock
+ * read is 20% further back than its counter says (adjtimex()'s tick moved
+ * by 10% one way at the rate's measure and the other way since) is
+ * compared and left on; an anchor whose counter value is moved 300 us
+ * of ticks ahead makes the next read fall before it and anchor again,
+ * which finds the counter behind the clock and turns it off for the
+ * process (an attempt whose pair was interrupted tries again).  The old
+ * anchor must not serve once the counter reaches it (its estimates would
+ * be 300 us early): for 1 ms of reads after the switch none is early.  The
+ * services say so, one created later does not use the counter, and slack
+ * timers armed after it are never early.  Last in the case: the switch is
+ * never undone (a process of its own under CK_FORK).  Skipped where clean
+ * pairs do not come (under valgrind, mostly).
  */
 START_TEST(test_clock_counter_behind_turns_off)
 {
 	struct kairos *k = t_create(NULL), *later;
 	struct t_timer tm[8];
-	uint64_t due[8], start, span, reads = 0;
+	uint64_t due[8], start, reads = 0;
 	bool slewed = false;
 
 	if (!counter_on(k)) {
@@ -202,30 +215,34 @@ START_TEST(test_clock_counter_behind_turns_off)
 		return;
 	}
 	t_sleep_ns(FAST_CAL_NS + 2 * T_MS);
-	/* A fresh clean anchor at the known rate (a pair may be interrupted). */
-	fast_anchor.span = 0;
-	for (int i = 0; i < 1000 && !(fast_anchor.span && fast_anchor.mult); i++)
-		(void)fast_reanchor(__builtin_ia32_rdtsc());
-	ck_assert_msg(fast_anchor.span && fast_anchor.mult, "no clean anchor in 1000 tries");
-	span = fast_anchor.span;
-	/*
-	 * A clock slewed against the counter (8.3%, chrony's fastest) is not a
-	 * counter behind: an anchor 500 us of counter back whose clock read is
-	 * 541.5 us back leaves the counter on, once a clean pair compared them.
-	 */
-	for (int i = 0; i < 1000 && !slewed; i++) {
-		uint64_t t0 = __builtin_ia32_rdtsc(), n0 = t_mono();
+	for (int i = 0; i < 100 && !slewed; i++) {
+		uint64_t t0, n0, span;
 
+		if (!clean_anchor())
+			break;
+		span = fast_anchor.span;
+		t0 = __builtin_ia32_rdtsc();
+		n0 = t_mono();
 		fast_anchor.tsc = t0 - ((500 * T_US) << 32) / fast_anchor.mult;
-		fast_anchor.ns = n0 - 500 * T_US * 1083 / 1000;
+		fast_anchor.ns = n0 - 500 * T_US * 1200 / 1000;
 		fast_anchor.span = span;
 		(void)fast_now();
-		ck_assert_msg(!fast_clock_off(), "a slew of 8.3%% turned the counter off");
+		ck_assert_msg(!fast_clock_off(), "a slew of 20%% turned the counter off");
 		slewed = fast_anchor.span && fast_anchor.tsc > t0;
 	}
-	ck_assert_msg(slewed, "no clean pair in 1000 tries");
+	if (!slewed) {
+		fprintf(stderr, "counter_behind: no clean pairs here; skipped\n");
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		return;
+	}
 	clock_info_is(k, "tsc", "");
-	fast_anchor.tsc += ((300 * T_US) << 32) / fast_anchor.mult;
+	for (int i = 0; i < 100 && !fast_clock_off(); i++) {
+		if (!clean_anchor())
+			continue;
+		fast_anchor.tsc += ((300 * T_US) << 32) / fast_anchor.mult;
+		(void)fast_now();
+	}
+	ck_assert_msg(fast_clock_off(), "a counter 300 us behind the clock left it on");
 	start = t_mono();
 	while (t_mono() - start < T_MS) {
 		uint64_t before = t_mono(), est = fast_now();
@@ -234,7 +251,6 @@ START_TEST(test_clock_counter_behind_turns_off)
 			      before - est);
 		reads++;
 	}
-	ck_assert(fast_clock_off());
 	clock_info_is(k, "clock_gettime", "fell behind");
 	later = t_create(NULL);
 	clock_info_is(later, "clock_gettime", "fell behind");

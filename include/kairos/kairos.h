@@ -71,7 +71,8 @@ extern "C" {
  * A timer's handle.  0 is never a valid id.  An id names its record and the
  * record's 31-bit generation, so a stale id (or one of another service) is
  * rejected with -ENOENT, except with a chance of 2^-31 per record reuse.
- * Opaque: an id changed by hand may still name its timer, or name none.
+ * Opaque: pass ids as returned; one changed by hand may still name its
+ * timer, or none.
  */
 typedef uint64_t kairos_id;
 
