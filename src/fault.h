@@ -21,6 +21,11 @@
 extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
+/*
+ * Non-zero: the next io_uring wait of a shard fails with this errno, once
+ * (it is cleared): the ring stops working at run time (backend_uring.c).
+ */
+extern _Atomic int fault_wait_fail __attribute__((visibility("hidden")));
 /* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
 extern _Atomic int fault_post __attribute__((visibility("hidden")));
 /*

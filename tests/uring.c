@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "t_util.h"
+#include "../src/fault.h"	/* fault_wait_fail: the ring stops working */
 
 static struct kairos_config t_uring_cfg(unsigned shards)
 {
@@ -97,6 +98,54 @@ static void t_idle_check(struct kairos *k, const char *what)
 		      "%s: %" PRIu64 " timerfd_settime() in 300 ms idle", what,
 		      b.timer_sets - a.timer_sets);
 }
+
+/*
+ * The ring stops working at run time (a wait fails: fault.h): the shard
+ * moves to epoll and timerfd and says why, and nothing is lost: the timers
+ * pending then, near and far, and those armed after, fire once each and
+ * never early; cancels still win; the counts add up.
+ */
+START_TEST(test_uring_stops_working_at_run_time)
+{
+	enum { N = 400 };
+	struct kairos_config c = t_uring_cfg(1);
+	struct kairos *k = t_create(&c);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	const char *name = NULL, *why = NULL;
+	uint64_t seed = t_seed(3);
+
+	ck_assert_ptr_nonnull(tm);
+	for (int i = 0; i < N / 2; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 20 * T_MS + t_rand_below(&seed, 200 * T_MS)),
+				 0);
+	atomic_store(&fault_wait_fail, EAGAIN);
+	/* One due at once wakes the shard; its next wait fails. */
+	ck_assert_int_eq(t_arm(k, &tt, &tm[N / 2], 0), 0);
+	for (int i = 0; i < T_WAIT_MS && atomic_load(&fault_wait_fail); i++)
+		t_sleep_ms(1);
+	ck_assert_int_eq(atomic_load(&fault_wait_fail), 0);
+	for (int i = 0; i < T_WAIT_MS; i++) {
+		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+		if (strcmp(name, "epoll") == 0)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_str_eq(name, "epoll");
+	ck_assert_msg(strstr(why, "stopped working at run time") &&
+		      strstr(why, strerror(EAGAIN)), "why: %s", why);
+	for (int i = N / 2 + 1; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 100 * T_MS)), 0);
+	for (int i = 0; i < N; i += 7)
+		t_book_cancel(&tt, &tm[i], kairos_cancel(k, tm[i].id));
+	t_wait_fired(t_u64(&tt.armed) - t_u64(&tt.cancelled));
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(tm[i].runs + tm[i].cancel_ok, 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	free(tm);
+}
+END_TEST
 
 START_TEST(test_uring_idle_no_wakeups)
 {
@@ -232,6 +281,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_uring_every_shard);
 	tcase_add_test(tc, test_uring_never_early);
+	tcase_add_test(tc, test_uring_stops_working_at_run_time);
 	tcase_add_test(tc, test_uring_idle_no_wakeups);
 	tcase_add_loop_test(tc, test_uring_tiny_ring_burst, 0,
 			    (int)(sizeof(t_ring_sizes) / sizeof(t_ring_sizes[0])));
