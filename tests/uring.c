@@ -50,6 +50,24 @@ START_TEST(test_uring_every_shard)
 }
 END_TEST
 
+/*
+ * Cancels every @step-th of the @n timers @tm, waits for the rest to fire:
+ * each ran once or was cancelled once, none early, the counts add up, and
+ * nothing is pending; then destroys @k and frees @tm.
+ */
+static void cancel_every_then_end(struct kairos *k, struct t_timer *tm, int n, int step)
+{
+	for (int i = 0; i < n; i += step)
+		t_book_cancel(&tt, &tm[i], kairos_cancel(k, tm[i].id));
+	t_wait_fired(t_u64(&tt.armed) - t_u64(&tt.cancelled));
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(tm[i].runs + tm[i].cancel_ok, 1);
+	t_check_calls(&tt, T_LATE);
+	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
+	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
+	free(tm);
+}
+
 START_TEST(test_uring_never_early)
 {
 	enum { N = 2000 };
@@ -67,15 +85,7 @@ START_TEST(test_uring_never_early)
 		else
 			ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
 	}
-	for (int i = 0; i < N; i += 9)
-		t_book_cancel(&tt, &tm[i], kairos_cancel(k, tm[i].id));
-	t_wait_fired(t_u64(&tt.armed) - t_u64(&tt.cancelled));
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(tm[i].runs + tm[i].cancel_ok, 1);
-	t_check_calls(&tt, T_LATE);
-	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
-	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
-	free(tm);
+	cancel_every_then_end(k, tm, N, 9);
 }
 END_TEST
 
@@ -135,15 +145,7 @@ START_TEST(test_uring_stops_working_at_run_time)
 		      strstr(why, strerror(EAGAIN)), "why: %s", why);
 	for (int i = N / 2 + 1; i < N; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 100 * T_MS)), 0);
-	for (int i = 0; i < N; i += 7)
-		t_book_cancel(&tt, &tm[i], kairos_cancel(k, tm[i].id));
-	t_wait_fired(t_u64(&tt.armed) - t_u64(&tt.cancelled));
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(tm[i].runs + tm[i].cancel_ok, 1);
-	t_check_calls(&tt, T_LATE);
-	ck_assert_uint_eq(t_check_identity(k, &tt).pending, 0);
-	ck_assert_int_eq(kairos_destroy(k, KAIROS_DRAIN_DROP), 0);
-	free(tm);
+	cancel_every_then_end(k, tm, N, 7);
 }
 END_TEST
 
