@@ -408,7 +408,7 @@ bool fast_clock_usable(const char **why)
 	}
 	usable = fast.known == 1;
 	*why = fast.why;
-	if (usable && atomic_load_explicit(&fast_off, memory_order_relaxed)) {
+	if (usable && fast_clock_off()) {
 		usable = false;
 		*why = FAST_OFF_WHY;
 	}
@@ -527,11 +527,6 @@ static bool fast_behind(const struct fast_anchor *a, uint64_t tsc, uint64_t ns, 
 }
 #endif
 
-bool fast_clock_off(void)
-{
-	return atomic_load_explicit(&fast_off, memory_order_relaxed) != 0;
-}
-
 uint64_t fast_reanchor(uint64_t tsc)
 {
 #if defined(__x86_64__)
@@ -540,7 +535,7 @@ uint64_t fast_reanchor(uint64_t tsc)
 	/* Set before the first service that uses it was created (see struct fast). */
 	if (fast.known != 1)
 		return clock_now_ns(CLOCK_MONOTONIC);
-	if (atomic_load_explicit(&fast_off, memory_order_relaxed)) {
+	if (fast_clock_off()) {
 		/* The anchor this thread held serves no later read either. */
 		fast_anchor.span = 0;
 		return clock_now_ns(CLOCK_MONOTONIC);

@@ -83,7 +83,10 @@ uint64_t fast_reanchor(uint64_t tsc);
  * margin and a quarter of the time between): every read is then an ordered
  * one, for the rest of the process, and fast_clock_usable() says no.
  */
-bool fast_clock_off(void);
+static inline bool fast_clock_off(void)
+{
+	return atomic_load_explicit(&fast_off, memory_order_relaxed) != 0;
+}
 #define FAST_OFF_WHY	"the counter fell behind CLOCK_MONOTONIC while in use"
 
 /* For tests: the rate (32.32 ns per tick; 0: not yet), and *@bases the first pairs taken. */
@@ -128,7 +131,7 @@ static inline uint64_t fast_now(void)
 
 	/* Once the counter is off (fast_clock_off()), each read is an ordered one. */
 	if (__builtin_expect(fast_est(&fast_anchor, tsc, &ns), 1) &&
-	    __builtin_expect(!atomic_load_explicit(&fast_off, memory_order_relaxed), 1))
+	    __builtin_expect(!fast_clock_off(), 1))
 		return ns;
 	return fast_reanchor(tsc);
 #else
