@@ -101,6 +101,8 @@ START_TEST(test_cancel_after_fire)
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], T_MS), 0);
 	t_wait_fired(N);
+	for (int i = 0; i < N; i++)
+		t_wait_ended(k, tm[i].id);
 	for (int i = 0; i < N; i++) {
 		ck_assert_int_eq(t_cancel(k, &tt, &tm[i]), -ENOENT);
 		ck_assert_int_eq(t_cancel_sync(k, &tt, &tm[i]), -ENOENT);
@@ -492,8 +494,10 @@ START_TEST(test_cancel_stale_ids)
 		for (int i = 0; i < FIRED; i++)
 			ck_assert_int_eq(t_arm(k, &tt, &fired[i], 0), 0);
 		t_wait_fired((uint64_t)(r + 1) * FIRED);
-		for (int i = 0; i < FIRED; i++)
+		for (int i = 0; i < FIRED; i++) {
+			t_wait_ended(k, fired[i].id);
 			old[n++] = fired[i].id;
+		}
 		/* Give a grace period time to pass, so that records get reused. */
 		t_sleep_ms(3);
 
@@ -696,6 +700,7 @@ START_TEST(test_prefetch)
 	ck_assert_int_eq(near.runs, 1);
 	/* Its id is stale now: the slot exists (0), the timer does not. */
 	ck_assert_int_eq(kairos_prefetch(k, near.id), 0);
+	t_wait_ended(k, near.id);
 	ck_assert_int_eq(kairos_cancel(k, near.id), -ENOENT);
 	/* Each prefetched far timer is cancelled by the next call, once. */
 	for (int i = 0; i < N; i++) {

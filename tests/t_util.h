@@ -606,6 +606,19 @@ static inline void t_wait_fired(uint64_t n)
 	ck_assert_msg(got == n, "%" PRIu64 " of %" PRIu64 " callbacks ran", got, n);
 }
 
+/*
+ * A one-shot whose callback was seen to run (it counted) may still be
+ * returning, and a cancel then says -EBUSY: waits until it has ended, after
+ * which a cancel or reset of @id says -ENOENT.  Only for a timer known to
+ * have run: a pending one would be cancelled.
+ */
+static inline void t_wait_ended(struct kairos *k, kairos_id id)
+{
+	int rc = kairos_cancel_sync(k, id);
+
+	ck_assert_msg(rc == -ENOENT || rc == -EBUSY, "cancel_sync of a timer that ran: %d", rc);
+}
+
 /* A callback for calls that must fail: it must never run. */
 static inline void t_cb_never(void *arg, kairos_id id, int status)
 {
