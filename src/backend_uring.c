@@ -16,8 +16,10 @@
  * ring is created on the shard thread, as SINGLE_ISSUER requires.
  */
 #include <errno.h>
+#include <limits.h>
 #include <liburing.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fault.h"
 #include "internal.h"
@@ -31,7 +33,17 @@ struct uring_state {
 	bool tread, eread;	/* a read is outstanding */
 	int ev, err;		/* reaped while posting, for the next wait */
 	size_t unsent;		/* posts queued in the SQ, not yet taken by the kernel */
+	uint64_t refused_since;	/* CLOCK_MONOTONIC ns of the first of the waits refused since one worked; 0: none */
 };
+
+/*
+ * How long a shard's waits may be refused for a reason that can pass before
+ * it gives the ring up (backend_fallback()), and how long it pauses between
+ * tries.  Meanwhile each pause ends in a pass, so timers run at most
+ * URING_RETRY_PAUSE_NS late on top of their usual lateness, and never early.
+ */
+#define URING_RETRY_NS		(1000ull * 1000 * 1000)
+#define URING_RETRY_PAUSE_NS	(1000ull * 1000)
 
 static int uring_init(struct shard *s)
 {
@@ -136,29 +148,78 @@ static void reap(struct shard *s, struct uring_state *u)
 	io_uring_cq_advance(&u->ring, seen);
 }
 
+/* A test's refused wait (fault.h): the errno, while its count lasts. */
+static int fault_wait(void)
+{
+	int n = atomic_load_explicit(&fault_wait_fails, memory_order_acquire);
+	int err = atomic_load_explicit(&fault_wait_fail, memory_order_relaxed);
+
+	/* Several shards may ask at once: each refusal takes one from the count. */
+	while (n > 0 && n != INT_MAX)
+		if (atomic_compare_exchange_weak_explicit(&fault_wait_fails, &n, n - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			break;
+	return n > 0 ? -err : 0;
+}
+
+/*
+ * A wait refused with @err.  The kernel's refusals for want of memory
+ * (-EAGAIN, -ENOMEM) or of completion space (-EBUSY: completions it has
+ * not been able to place yet) can pass: what there is is reaped (which
+ * makes room), and after a pause the shard passes again, as after a
+ * wake-up, then tries again; for up to URING_RETRY_NS from the first
+ * refusal since a wait worked.  Any other refusal, or one that lasts,
+ * returns @err: the shard moves to epoll.
+ */
+static int uring_refused(struct shard *s, struct uring_state *u, int err)
+{
+	struct timespec now, pause = { .tv_nsec = URING_RETRY_PAUSE_NS };
+	uint64_t ns;
+	int ev;
+
+	if (err != -EAGAIN && err != -ENOMEM && err != -EBUSY)
+		return err;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	if (!u->refused_since)
+		u->refused_since = ns;
+	else if (ns - u->refused_since >= URING_RETRY_NS)
+		return err;
+	taken(u);
+	reap(s, u);
+	/* A read that failed is queued again by the next try. */
+	ev = u->ev;
+	u->ev = u->err = 0;
+	while (nanosleep(&pause, &pause) == -1 && errno == EINTR)
+		;
+	/* The timerfd may have fired unseen: the pass re-arms it (BK_TIMER). */
+	return ev | BK_TIMER | BK_WAKE;
+}
+
 static int uring_wait(struct shard *s)
 {
 	struct uring_state *u = s->backend;
 	int rc, ev;
 
-	/* A test makes the ring stop working here, once (fault.h). */
-	if (__builtin_expect(atomic_load_explicit(&fault_wait_fail, memory_order_relaxed), 0)) {
-		rc = atomic_exchange_explicit(&fault_wait_fail, 0, memory_order_relaxed);
+	/* A test makes the ring refuse its waits here (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_wait_fails, memory_order_relaxed), 0)) {
+		rc = fault_wait();
 		if (rc)
-			return -rc;
+			return uring_refused(s, u, rc);
 	}
 
 	/* A manual-clock shard has no timerfd to read. */
 	if (!u->tread && s->tfd >= 0) {
 		rc = queue_read(u, s->tfd, &u->tbuf, UD_TIMER);
 		if (rc)
-			return rc;
+			return uring_refused(s, u, rc);
 		u->tread = true;
 	}
 	if (!u->eread) {
 		rc = queue_read(u, s->efd, &u->ebuf, UD_WAKE);
 		if (rc)
-			return rc;
+			return uring_refused(s, u, rc);
 		u->eread = true;
 	}
 	/* A test holds the shard here, past a failed submit of posts (fault.h). */
@@ -171,14 +232,15 @@ static int uring_wait(struct shard *s)
 				     : io_uring_submit_and_wait(&u->ring, 1);
 	} while (rc == -EINTR);
 	if (rc < 0)
-		return rc;
+		return uring_refused(s, u, rc);
 	taken(u);
 	reap(s, u);
 	ev = u->ev;
 	rc = u->err;
 	u->ev = u->err = 0;
 	if (rc < 0)
-		return rc;
+		return uring_refused(s, u, rc);
+	u->refused_since = 0;
 	/* Nothing but a re-check is needed: the loop looks at the inbox and clock. */
 	return ev ? ev : BK_WAKE;
 }

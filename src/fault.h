@@ -22,10 +22,13 @@ extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
 /*
- * Non-zero: the next io_uring wait of a shard fails with this errno, once
- * (it is cleared): the ring stops working at run time (backend_uring.c).
+ * fault_wait_fails above 0: the next that many io_uring waits of the
+ * service's shards are refused with errno fault_wait_fail (INT_MAX: every
+ * one, until the test sets it to 0); the ring stops working at run time,
+ * for a moment or for good (backend_uring.c).  Set fault_wait_fail first.
  */
 extern _Atomic int fault_wait_fail __attribute__((visibility("hidden")));
+extern _Atomic int fault_wait_fails __attribute__((visibility("hidden")));
 /* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
 extern _Atomic int fault_post __attribute__((visibility("hidden")));
 /*

@@ -8,10 +8,11 @@
  * exits 77, which meson reports as a skip, as liburing's own tests do; the
  * epoll backend is covered by every service program, run again with it forced.
  */
+#include <limits.h>
 #include <pthread.h>
 
 #include "t_util.h"
-#include "../src/fault.h"	/* fault_wait_fail: the ring stops working */
+#include "../src/fault.h"	/* fault_wait_fail(s): the ring refuses its waits */
 
 static struct kairos_config t_uring_cfg(unsigned shards)
 {
@@ -109,42 +110,101 @@ static void t_idle_check(struct kairos *k, const char *what)
 		      b.timer_sets - a.timer_sets);
 }
 
+/* The name and reason shard 0 of @k reports, once it reports @want (T_WAIT_MS at most). */
+static const char *backend_becomes(struct kairos *k, const char *want)
+{
+	const char *name = NULL, *why = NULL;
+
+	for (int i = 0; i < T_WAIT_MS; i++) {
+		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+		if (strcmp(name, want) == 0)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_str_eq(name, want);
+	return why;
+}
+
 /*
- * The ring stops working at run time (a wait fails: fault.h): the shard
- * moves to epoll and timerfd and says why, and nothing is lost: the timers
- * pending then, near and far, and those armed after, fire once each and
- * never early; cancels still win; the counts add up.
+ * The ring stops working at run time (its waits are refused: fault.h): the
+ * shard moves to epoll and timerfd and says why, and nothing is lost: the
+ * timers pending then, near and far, and those armed after, fire once each
+ * and never early; cancels still win; the counts add up.  Loop 0: a refusal
+ * that could pass (EAGAIN) that lasts: the shard tries again for a second,
+ * its timers still running, then gives up; loop 1: one refusal that cannot
+ * pass (EPERM, as from a seccomp filter), and it moves at once.
  */
 START_TEST(test_uring_stops_working_at_run_time)
 {
 	enum { N = 400 };
+	const int err = _i == 0 ? EAGAIN : EPERM;
 	struct kairos_config c = t_uring_cfg(1);
 	struct kairos *k = t_create(&c);
 	struct t_timer *tm = calloc(N, sizeof(*tm));
-	const char *name = NULL, *why = NULL;
-	uint64_t seed = t_seed(3);
+	const char *why;
+	uint64_t seed = t_seed(3), t0;
 
 	ck_assert_ptr_nonnull(tm);
 	for (int i = 0; i < N / 2; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 20 * T_MS + t_rand_below(&seed, 200 * T_MS)),
 				 0);
-	atomic_store(&fault_wait_fail, EAGAIN);
-	/* One due at once wakes the shard; its next wait fails. */
+	atomic_store(&fault_wait_fail, err);
+	atomic_store(&fault_wait_fails, _i == 0 ? INT_MAX : 1);
+	t0 = t_mono();
+	/* One due at once wakes the shard; its next wait is refused. */
 	ck_assert_int_eq(t_arm(k, &tt, &tm[N / 2], 0), 0);
-	for (int i = 0; i < T_WAIT_MS && atomic_load(&fault_wait_fail); i++)
-		t_sleep_ms(1);
-	ck_assert_int_eq(atomic_load(&fault_wait_fail), 0);
-	for (int i = 0; i < T_WAIT_MS; i++) {
-		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
-		if (strcmp(name, "epoll") == 0)
-			break;
-		t_sleep_ms(1);
-	}
-	ck_assert_str_eq(name, "epoll");
-	ck_assert_msg(strstr(why, "stopped working at run time") &&
-		      strstr(why, strerror(EAGAIN)), "why: %s", why);
+	why = backend_becomes(k, "epoll");
+	atomic_store(&fault_wait_fails, 0);
+	ck_assert_msg(strstr(why, "stopped working at run time") && strstr(why, strerror(err)),
+		      "why: %s", why);
+	/* A refusal that could pass was tried again for a second; the other was not. */
+	if (_i == 0)
+		ck_assert_uint_ge(t_mono() - t0, T_SEC);
 	for (int i = N / 2 + 1; i < N; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 100 * T_MS)), 0);
+	cancel_every_then_end(k, tm, N, 7);
+}
+END_TEST
+
+/*
+ * The ring refuses some waits for want of memory or of completion space
+ * (EAGAIN, ENOMEM, EBUSY), then works again: the shard keeps it, with the
+ * reason it gave at the start, and its timers run meanwhile: those due
+ * while the waits are refused (armed before and during), and those after,
+ * once each, never early; the counts add up.
+ */
+START_TEST(test_uring_refused_for_a_moment)
+{
+	enum { N = 400, REFUSED = 40 };
+	static const int errs[] = { EAGAIN, ENOMEM, EBUSY };
+	struct kairos_config c = t_uring_cfg(1);
+	struct kairos *k = t_create(&c);
+	struct t_timer *tm = calloc(N, sizeof(*tm));
+	const char *name = NULL, *why = NULL;
+	char why0[256];
+	uint64_t seed = t_seed(4);
+	int i = 0;
+
+	ck_assert_ptr_nonnull(tm);
+	ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+	snprintf(why0, sizeof(why0), "%s", why);
+	for (; i < N / 2; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 60 * T_MS)), 0);
+	atomic_store(&fault_wait_fail, errs[_i]);
+	atomic_store(&fault_wait_fails, REFUSED);
+	/* Due during the refusals: each of those tries ends in a pass. */
+	for (; i < 3 * N / 4; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 20 * T_MS)), 0);
+	for (int j = 0; j < T_WAIT_MS && atomic_load(&fault_wait_fails); j++)
+		t_sleep_ms(1);
+	ck_assert_msg(atomic_load(&fault_wait_fails) == 0,
+		      "%d of %d refusals left: the shard stopped trying the ring",
+		      atomic_load(&fault_wait_fails), REFUSED);
+	for (; i < N; i++)
+		ck_assert_int_eq(t_arm(k, &tt, &tm[i], t_rand_below(&seed, 60 * T_MS)), 0);
+	ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+	ck_assert_str_eq(name, "io_uring");
+	ck_assert_str_eq(why, why0);
 	cancel_every_then_end(k, tm, N, 7);
 }
 END_TEST
@@ -283,7 +343,8 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_uring_every_shard);
 	tcase_add_test(tc, test_uring_never_early);
-	tcase_add_test(tc, test_uring_stops_working_at_run_time);
+	tcase_add_loop_test(tc, test_uring_stops_working_at_run_time, 0, 2);
+	tcase_add_loop_test(tc, test_uring_refused_for_a_moment, 0, 3);
 	tcase_add_test(tc, test_uring_idle_no_wakeups);
 	tcase_add_loop_test(tc, test_uring_tiny_ring_burst, 0,
 			    (int)(sizeof(t_ring_sizes) / sizeof(t_ring_sizes[0])));
