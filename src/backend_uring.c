@@ -222,10 +222,19 @@ static int uring_wait(struct shard *s)
 			return uring_refused(s, u, rc);
 		u->eread = true;
 	}
-	/* A test holds the shard here, past a failed submit of posts (fault.h). */
-	if (__builtin_expect(atomic_load_explicit(&fault_post, memory_order_relaxed) == 3, 0) &&
-	    u->unsent)
-		(void)fault_post_refuse();
+	rc = atomic_load_explicit(&fault_post, memory_order_relaxed);
+	if (__builtin_expect(rc >= 3, 0)) {
+		/* A test holds the shard here, past a failed submit of posts (fault.h). */
+		if (rc == 3 && u->unsent)
+			(void)fault_post_refuse();
+		/* A test's short submits: this wait hands the kernel nothing. */
+		if (rc == 4) {
+			reap(s, u);
+			ev = u->ev;
+			u->ev = u->err = 0;
+			return ev | BK_WAKE;
+		}
+	}
 	do {
 		/* What a post reaped already is news: do not sleep on it. */
 		rc = u->ev || u->err ? io_uring_submit(&u->ring)
@@ -245,14 +254,49 @@ static int uring_wait(struct shard *s)
 	return ev ? ev : BK_WAKE;
 }
 
+/*
+ * A test's short submit (fault.h, fault_post 4): the kernel takes nothing,
+ * until a read is queued ahead of the last post; then it takes all but that
+ * post, and the ring stops working (the next wait is refused with EPERM,
+ * the settle sends nothing).  liburing has no call that hands the kernel
+ * fewer entries than are queued: the tail is published here as
+ * io_uring_submit() would, and io_uring_enter() told how many to take.
+ */
+static int fault_short_submit(struct shard *s, struct uring_state *u)
+{
+	struct io_uring_sq *sq = &u->ring.sq;
+	unsigned head = io_uring_smp_load_acquire(sq->khead), n = sq->sqe_tail - head;
+	bool read_first = false;
+	int rc;
+
+	for (unsigned i = 0; i + 1 < n; i++)
+		read_first |= sq->sqes[(head + i) & sq->ring_mask].opcode != IORING_OP_MSG_RING;
+	if (!read_first ||
+	    sq->sqes[(sq->sqe_tail - 1) & sq->ring_mask].opcode != IORING_OP_MSG_RING)
+		return -EAGAIN;
+	sq->sqe_head = sq->sqe_tail;
+	io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	rc = io_uring_enter((unsigned)u->ring.ring_fd, n - 1, 0, 0, NULL);
+	taken(u);
+	reap(s, u);
+	atomic_store_explicit(&fault_wait_fail, EPERM, memory_order_relaxed);
+	atomic_store_explicit(&fault_wait_fails, 1, memory_order_release);
+	atomic_store_explicit(&fault_post, 5, memory_order_relaxed);
+	return rc < 0 ? rc : 0;
+}
+
 static int uring_submit(struct shard *s)
 {
 	struct uring_state *u = s->backend;
-	int rc;
+	int rc = atomic_load_explicit(&fault_post, memory_order_relaxed);
 
-	/* A test's failed submit: the kernel takes nothing (fault.h). */
-	if (__builtin_expect(atomic_load_explicit(&fault_post, memory_order_relaxed) == 3, 0))
-		return -EAGAIN;
+	if (__builtin_expect(rc >= 3, 0)) {
+		/* A test's failed submit: the kernel takes nothing (fault.h). */
+		if (rc == 3)
+			return -EAGAIN;
+		if (rc == 4)
+			return fault_short_submit(s, u);
+	}
 	do {
 		rc = io_uring_submit(&u->ring);
 	} while (rc == -EINTR);
@@ -328,7 +372,8 @@ static void uring_settle(struct shard *s)
 
 	if (!u)
 		return;
-	if (s->nposting)
+	/* A test's ring that stopped working after a short submit sends nothing (fault.h). */
+	if (s->nposting && atomic_load_explicit(&fault_post, memory_order_relaxed) != 5)
 		(void)io_uring_submit(&u->ring);
 	/* What it did not take (a short or failed submit) is abandoned below. */
 	taken(u);

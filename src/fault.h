@@ -44,6 +44,15 @@ extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
  * the kernel, until fault_post_held is 2 (or a second has passed): a
  * window in which a test can close and reuse a queue's ring fd.
  */
+/*
+ * fault_post at 4: short submits, as from a kernel that can allocate some
+ * requests and not others: a shard's waits hand the kernel nothing and do
+ * not sleep, and its submits of posts take nothing until one finds a read
+ * queued ahead of the last post; that one takes all but the last post, and
+ * the ring stops working: the shard sets fault_post to 5, its next wait is
+ * refused (EPERM: fault_wait_fail), and its settle sends nothing.  The post
+ * left queued must go back to its queue's list (uring_settle()).
+ */
 int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
  * Test holds, each until the test clears its flag (two seconds at most),

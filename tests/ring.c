@@ -529,6 +529,67 @@ START_TEST(test_ring_queued_post_outlives_its_fd)
 }
 END_TEST
 
+/*
+ * A short submit (the kernel took some entries and not others) leaves a
+ * post queued behind a read it took; then the ring stops working.  The
+ * post never sent goes back to its queue's list: every expiry comes once,
+ * as a CQE or from the queue, and the counts add up.  The submits and the
+ * refusal are injected (fault.h: fault_post 4).
+ */
+START_TEST(test_ring_short_submit_then_refused)
+{
+	enum { N = 40 };
+	struct kairos *k = r_service(1);
+	static struct r_timer t[N];
+	struct kairos_expiry e[N];
+	struct kairos_queue *q;
+	struct io_uring ring;
+	const char *name = NULL, *why = NULL;
+	int got, taken = 0;
+
+	ck_assert_int_eq(io_uring_queue_init(2 * N, &ring, 0), 0);
+	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
+	ck_assert_int_eq(kairos_queue_ring(q, ring.ring_fd), 0);
+	memset(t, 0, sizeof(t));
+	atomic_store(&fault_post, 4);
+	/* Due one after another, so that several passes post. */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(r_arm(k, q, &t[i], 5 * T_MS + (uint64_t)i * T_MS / 2, 0), 0);
+	for (int i = 0; i < T_WAIT_MS; i++) {
+		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+		if (strcmp(name, "epoll") == 0)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_int_eq(atomic_load(&fault_post), 5);
+	ck_assert_str_eq(name, "epoll");
+	atomic_store(&fault_post, 0);
+	atomic_store(&fault_wait_fails, 0);
+	/* The CQEs of what was sent; the rest from the queue. */
+	got = r_reap(&ring, t, N, N, 200);
+	for (int n; taken < N - got &&
+		    (n = kairos_queue_take(q, e, N, (int64_t)T_WAIT_MS * T_MS)) > 0;) {
+		for (int j = 0; j < n; j++) {
+			struct r_timer *x = e[j].arg;
+
+			ck_assert(x >= t && x < t + N);
+			ck_assert_int_eq(e[j].status, 1);
+			ck_assert_uint_ge(t_mono(), x->deadline);
+			x->cqes++;
+		}
+		taken += n;
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(t[i].cqes == 1, "timer %d came %d times (%d CQEs, %d from the queue)",
+			      i, t[i].cqes, got, taken);
+	ck_assert_int_gt(taken, 0);
+	ck_assert_int_eq(r_reap(&ring, t, N, 1, 50), 0);
+	ck_assert_int_eq(kairos_queue_take(q, e, N, 0), 0);
+	r_identity(k, N, 0);
+	r_close(k, q, &ring);
+}
+END_TEST
+
 START_TEST(test_ring_destroy_with_posts)
 {
 	enum { N = 500 };
@@ -611,6 +672,7 @@ int main(void)
 	tcase_add_test(tc, test_ring_failed_post_waits_in_queue);
 	tcase_add_test(tc, test_ring_refused_post_of_a_stopped_timer);
 	tcase_add_test(tc, test_ring_queued_post_outlives_its_fd);
+	tcase_add_test(tc, test_ring_short_submit_then_refused);
 	tcase_add_test(tc, test_ring_destroy_with_posts);
 	suite_add_tcase(s, tc);
 	return t_main(s, "ring");
