@@ -34,15 +34,18 @@ struct uring_state {
 	int ev, err;		/* reaped while posting, for the next wait */
 	size_t unsent;		/* posts queued in the SQ, not yet taken by the kernel */
 	uint64_t refused_since;	/* CLOCK_MONOTONIC ns of the first of the waits refused since one worked; 0: none */
+	unsigned refusals;	/* tries refused since then */
 };
 
 /*
  * How long a shard's waits may be refused for a reason that can pass before
- * it gives the ring up (backend_fallback()), and how long it pauses between
- * tries.  Meanwhile each pause ends in a pass, so timers run at most
+ * it gives the ring up (backend_fallback()): a second and as many tries, at
+ * the least (a shard kept off its CPU still tries), and how long it pauses
+ * between tries.  Meanwhile each pause ends in a pass, so timers run at most
  * URING_RETRY_PAUSE_NS late on top of their usual lateness, and never early.
  */
 #define URING_RETRY_NS		(1000ull * 1000 * 1000)
+#define URING_RETRY_TRIES	100u
 #define URING_RETRY_PAUSE_NS	(1000ull * 1000)
 
 static int uring_init(struct shard *s)
@@ -120,34 +123,6 @@ static int queue_read(struct uring_state *u, int fd, uint64_t *buf, uint64_t tag
 	return 0;
 }
 
-/* Takes every completion there is: reads into u->ev and u->err, posts to queue.c. */
-static void reap(struct shard *s, struct uring_state *u)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, seen = 0;
-
-	io_uring_for_each_cqe(&u->ring, head, cqe) {
-		seen++;
-		if (cqe->user_data == UD_TIMER) {
-			u->tread = false;
-			/* -ECANCELED: the read was cancelled (no TFD_TIMER_CANCEL_ON_SET here). */
-			if (cqe->res == sizeof(uint64_t) || cqe->res == -ECANCELED)
-				u->ev |= BK_TIMER;
-		} else if (cqe->user_data == UD_WAKE) {
-			u->eread = false;
-			u->ev |= BK_WAKE;
-		} else {
-			/* A record: 64-byte aligned, never 1 or 2. */
-			queue_posted(s, (struct rec *)(uintptr_t)cqe->user_data, cqe->res);
-			continue;
-		}
-		if (cqe->res < 0 && cqe->res != -ECANCELED && cqe->res != -EINTR &&
-		    cqe->res != -EAGAIN)
-			u->err = cqe->res;
-	}
-	io_uring_cq_advance(&u->ring, seen);
-}
-
 /* A test's refused wait (fault.h): the errno, while its count lasts. */
 static int fault_wait(void)
 {
@@ -163,14 +138,53 @@ static int fault_wait(void)
 	return n > 0 ? -err : 0;
 }
 
+/* Takes every completion there is: reads into u->ev and u->err, posts to queue.c. */
+static void reap(struct shard *s, struct uring_state *u)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+
+	io_uring_for_each_cqe(&u->ring, head, cqe) {
+		int res = cqe->res;
+
+		seen++;
+		if (cqe->user_data != UD_TIMER && cqe->user_data != UD_WAKE) {
+			/* A record: 64-byte aligned, never 1 or 2. */
+			queue_posted(s, (struct rec *)(uintptr_t)cqe->user_data, res);
+			continue;
+		}
+		/* A test fails a read's completion, its expiry count lost (fault.h). */
+		if (__builtin_expect(atomic_load_explicit(&fault_wait_fails, memory_order_relaxed), 0) &&
+		    atomic_load_explicit(&fault_wait_how, memory_order_relaxed) == 1) {
+			int f = fault_wait();
+
+			res = f ? f : res;
+		}
+		if (cqe->user_data == UD_TIMER) {
+			u->tread = false;
+			/* -ECANCELED: the read was cancelled (no TFD_TIMER_CANCEL_ON_SET here). */
+			if (res == sizeof(uint64_t) || res == -ECANCELED)
+				u->ev |= BK_TIMER;
+		} else {
+			u->eread = false;
+			u->ev |= BK_WAKE;
+		}
+		if (res < 0 && res != -ECANCELED && res != -EINTR && res != -EAGAIN)
+			u->err = res;
+	}
+	io_uring_cq_advance(&u->ring, seen);
+}
+
 /*
- * A wait refused with @err.  The kernel's refusals for want of memory
- * (-EAGAIN, -ENOMEM) or of completion space (-EBUSY: completions it has
- * not been able to place yet) can pass: what there is is reaped (which
- * makes room), and after a pause the shard passes again, as after a
- * wake-up, then tries again; for up to URING_RETRY_NS from the first
- * refusal since a wait worked.  Any other refusal, or one that lasts,
- * returns @err: the shard moves to epoll.
+ * A wait refused with @err (io_uring_enter() refused, or a read of the
+ * timerfd or eventfd completed with an error).  The kernel's refusals for
+ * want of memory (-EAGAIN, -ENOMEM) or of completion space (-EBUSY:
+ * completions it has not been able to place yet) can pass: what there is
+ * is reaped (which makes room), and after a pause the shard passes again,
+ * as after a wake-up, then tries again; for URING_RETRY_NS and
+ * URING_RETRY_TRIES at the least from the first refusal since a wait
+ * worked.  Any other refusal, or one that lasts, returns @err: the shard
+ * moves to epoll.
  */
 static int uring_refused(struct shard *s, struct uring_state *u, int err)
 {
@@ -182,10 +196,13 @@ static int uring_refused(struct shard *s, struct uring_state *u, int err)
 		return err;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-	if (!u->refused_since)
+	if (!u->refused_since) {
 		u->refused_since = ns;
-	else if (ns - u->refused_since >= URING_RETRY_NS)
+		u->refusals = 0;
+	} else if (ns - u->refused_since >= URING_RETRY_NS && u->refusals >= URING_RETRY_TRIES) {
 		return err;
+	}
+	u->refusals++;
 	taken(u);
 	reap(s, u);
 	/* A read that failed is queued again by the next try. */
@@ -201,13 +218,6 @@ static int uring_wait(struct shard *s)
 {
 	struct uring_state *u = s->backend;
 	int rc, ev;
-
-	/* A test makes the ring refuse its waits here (fault.h). */
-	if (__builtin_expect(atomic_load_explicit(&fault_wait_fails, memory_order_relaxed), 0)) {
-		rc = fault_wait();
-		if (rc)
-			return uring_refused(s, u, rc);
-	}
 
 	/* A manual-clock shard has no timerfd to read. */
 	if (!u->tread && s->tfd >= 0) {
@@ -234,6 +244,13 @@ static int uring_wait(struct shard *s)
 			u->ev = u->err = 0;
 			return ev | BK_WAKE;
 		}
+	}
+	/* A test makes the kernel refuse the enter, the reads queued (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_wait_fails, memory_order_relaxed), 0) &&
+	    atomic_load_explicit(&fault_wait_how, memory_order_relaxed) == 0) {
+		rc = fault_wait();
+		if (rc)
+			return uring_refused(s, u, rc);
 	}
 	do {
 		/* What a post reaped already is news: do not sleep on it. */
@@ -280,6 +297,7 @@ static int fault_short_submit(struct shard *s, struct uring_state *u)
 	taken(u);
 	reap(s, u);
 	atomic_store_explicit(&fault_wait_fail, EPERM, memory_order_relaxed);
+	atomic_store_explicit(&fault_wait_how, 0, memory_order_relaxed);
 	atomic_store_explicit(&fault_wait_fails, 1, memory_order_release);
 	atomic_store_explicit(&fault_post, 5, memory_order_relaxed);
 	return rc < 0 ? rc : 0;

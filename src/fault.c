@@ -13,6 +13,7 @@ _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_wait_fail;
 _Atomic int fault_wait_fails;
+_Atomic int fault_wait_how;
 _Atomic int fault_post;
 _Atomic int fault_post_held;
 _Atomic int fault_take_hold;

@@ -25,10 +25,14 @@ extern _Atomic int fault_uring __attribute__((visibility("hidden")));
  * fault_wait_fails above 0: the next that many io_uring waits of the
  * service's shards are refused with errno fault_wait_fail (INT_MAX: every
  * one, until the test sets it to 0); the ring stops working at run time,
- * for a moment or for good (backend_uring.c).  Set fault_wait_fail first.
+ * for a moment or for good (backend_uring.c).  fault_wait_how 0: the
+ * kernel refuses the enter, the wait's reads queued; 1: the completions of
+ * the reads of the timerfd and eventfd fail instead (what they read is
+ * lost).  Set fault_wait_fail and fault_wait_how first.
  */
 extern _Atomic int fault_wait_fail __attribute__((visibility("hidden")));
 extern _Atomic int fault_wait_fails __attribute__((visibility("hidden")));
+extern _Atomic int fault_wait_how __attribute__((visibility("hidden")));
 /* Non-zero: the kernel is made to refuse every ring queue post (backend_uring.c). */
 extern _Atomic int fault_post __attribute__((visibility("hidden")));
 /*
