@@ -28,7 +28,8 @@ START_TEST(test_cancel_before_fire)
 	uint64_t seed = t_seed(2);
 
 	for (int i = 0; i < N; i++) {
-		uint64_t d = 20 * T_MS + t_rand_below(&seed, 20 * T_MS);
+		/* Far enough that a stalled machine still cancels each in time. */
+		uint64_t d = 300 * T_MS + t_rand_below(&seed, 100 * T_MS);
 
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
 	}
@@ -41,7 +42,7 @@ START_TEST(test_cancel_before_fire)
 		ck_assert_int_eq(kairos_reset(k, tm[i].id, T_MS), -ENOENT);
 	}
 	/* Wait well past the latest deadline: no callback may have run. */
-	t_sleep_ms(80);
+	t_sleep_ms(450);
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(tm[i].runs, 0);
 	t_check_calls(&tt, 0);
@@ -168,7 +169,8 @@ START_TEST(test_cancel_sync_waits)
 	kairos_id id;
 	int rc;
 
-	t_block_init(&b, 0, 150 * T_MS);
+	/* Held long enough that a stalled machine still waits on it running. */
+	t_block_init(&b, 0, 500 * T_MS);
 	id = t_block_arm(k, &b, T_MS);
 	t_block_wait_started(&b);
 	/* Two threads wait at once; both must return only after the callback. */
@@ -195,7 +197,7 @@ START_TEST(test_cancel_sync_waits_periodic)
 	kairos_id id;
 	int calls;
 
-	t_block_init(&b, 1, 150 * T_MS);
+	t_block_init(&b, 1, 500 * T_MS);
 	id = t_block_arm(k, &b, 5 * T_MS);
 	t_block_wait_started(&b);
 	ck_assert_int_eq(kairos_cancel_sync(k, id), -EBUSY);
@@ -204,7 +206,7 @@ START_TEST(test_cancel_sync_waits_periodic)
 	atomic_fetch_add(&tt.cancelled, 1);
 	calls = t_int(&b.calls);
 	ck_assert_int_eq(calls, 1);
-	/* It missed ~30 periods while blocked; none of them may run now. */
+	/* It missed ~100 periods while blocked; none of them may run now. */
 	t_sleep_ms(40);
 	ck_assert_int_eq(t_int(&b.calls), calls);
 	ck_assert_int_eq(kairos_cancel(k, id), -ENOENT);
@@ -261,7 +263,7 @@ START_TEST(test_cancel_sync_own_oneshot)
 	ck_assert_int_eq(s.rc_cancel, -EBUSY);
 	ck_assert_int_eq(s.rc_destroy_drop, -EDEADLK);
 	ck_assert_int_eq(s.rc_destroy_notify, -EDEADLK);
-	t_sleep_ms(10);
+	t_wait_ended(k, s.t.id);
 	ck_assert_int_eq(s.t.runs, 1);
 	ck_assert_int_eq(kairos_cancel(k, s.t.id), -ENOENT);
 	t_check_calls(&tt, T_LATE);
@@ -572,6 +574,8 @@ START_TEST(test_cancel_n_mixed)
 	for (int i = LIVE; i < LIVE + DEAD; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 0), 0);
 	t_wait_fired(DEAD);
+	for (int i = LIVE; i < LIVE + DEAD; i++)
+		t_wait_ended(k, tm[i].id);
 	t_block_init(&b, 0, 0);
 	running = t_block_arm(k, &b, 0);
 	t_block_wait_started(&b);
@@ -873,7 +877,7 @@ static void t_cb_destroy_other(void *arg, kairos_id id, int status)
 	(void)id;
 	(void)status;
 	atomic_store(&d->started, 1);
-	t_sleep_ms(100);	/* let the main thread's cancel_sync start waiting */
+	t_sleep_ms(500);	/* let the main thread's cancel_sync start waiting */
 	atomic_store(&d->rc, kairos_destroy(d->victim, KAIROS_DRAIN_DROP));
 	atomic_store(&d->done, 1);
 }

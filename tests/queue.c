@@ -898,6 +898,24 @@ START_TEST(test_queue_service_destroyed_first)
 END_TEST
 
 /* A taker blocked for ever returns when the service goes. */
+/*
+ * Waits until a taker is blocked inside kairos_queue_take() on @q (a thread
+ * that started late would otherwise call it on a queue already gone).
+ */
+static void q_wait_taker(struct kairos_queue *q)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < T_WAIT_MS && n == 0; i++) {
+		pthread_mutex_lock(&q->lock);
+		n = q->waiters;
+		pthread_mutex_unlock(&q->lock);
+		if (n == 0)
+			t_sleep_ms(1);
+	}
+	ck_assert_uint_eq(n, 1);
+}
+
 static void *q_take_forever(void *arg)
 {
 	struct kairos_queue *q = arg;
@@ -915,7 +933,7 @@ START_TEST(test_queue_take_wakes_at_destroy)
 
 	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, q_take_forever, q), 0);
-	t_sleep_ms(50);
+	q_wait_taker(q);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 	ck_assert_int_eq(pthread_join(th, &rc), 0);
 	ck_assert_int_eq((int)(intptr_t)rc, -ESHUTDOWN);
@@ -938,7 +956,7 @@ START_TEST(test_queue_take_wakes_at_queue_destroy)
 
 	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
 	ck_assert_int_eq(pthread_create(&th, NULL, q_take_forever, q), 0);
-	t_sleep_ms(50);
+	q_wait_taker(q);
 	ck_assert_int_eq(kairos_queue_destroy(q), 0);
 	ck_assert_int_eq(pthread_join(th, &rc), 0);
 	ck_assert_int_eq((int)(intptr_t)rc, -EINVAL);

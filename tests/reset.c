@@ -29,7 +29,8 @@ START_TEST(test_reset_later)
 	int rc[N], moved = 0;
 
 	for (int i = 0; i < N; i++) {
-		uint64_t d = 30 * T_MS + t_rand_below(&seed, 10 * T_MS);
+		/* Far enough that a stalled machine still pushes most in time. */
+		uint64_t d = 300 * T_MS + t_rand_below(&seed, 100 * T_MS);
 
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], d), 0);
 	}
@@ -44,8 +45,8 @@ START_TEST(test_reset_later)
 	}
 	for (int round = 0; round < 3; round++) {
 		for (int i = 0; i < N; i++) {
-			uint64_t d = 45 * T_MS + (uint64_t)round * 10 * T_MS +
-				     t_rand_below(&seed, 10 * T_MS);
+			uint64_t d = 450 * T_MS + (uint64_t)round * 100 * T_MS +
+				     t_rand_below(&seed, 100 * T_MS);
 			uint64_t before = t_now(k);
 			int r;
 
