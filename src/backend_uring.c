@@ -143,6 +143,10 @@ static void reap(struct shard *s, struct uring_state *u)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0;
+	/* A test fails the reads' completions, their expiry counts lost (fault.h). */
+	bool fail_reads = __builtin_expect(atomic_load_explicit(&fault_wait_fails,
+								memory_order_relaxed), 0) &&
+			  atomic_load_explicit(&fault_wait_how, memory_order_relaxed) == 1;
 
 	io_uring_for_each_cqe(&u->ring, head, cqe) {
 		int res = cqe->res;
@@ -153,9 +157,7 @@ static void reap(struct shard *s, struct uring_state *u)
 			queue_posted(s, (struct rec *)(uintptr_t)cqe->user_data, res);
 			continue;
 		}
-		/* A test fails a read's completion, its expiry count lost (fault.h). */
-		if (__builtin_expect(atomic_load_explicit(&fault_wait_fails, memory_order_relaxed), 0) &&
-		    atomic_load_explicit(&fault_wait_how, memory_order_relaxed) == 1) {
+		if (__builtin_expect(fail_reads, 0)) {
 			int f = fault_wait();
 
 			res = f ? f : res;
@@ -294,6 +296,9 @@ static int fault_short_submit(struct shard *s, struct uring_state *u)
 	sq->sqe_head = sq->sqe_tail;
 	io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
 	rc = io_uring_enter((unsigned)u->ring.ring_fd, n - 1, 0, 0, NULL);
+	/* What the kernel left, the last post among it, by the count asked for. */
+	atomic_store_explicit(&fault_post_held, rc >= 0 ? (int)n - rc : (int)n,
+			      memory_order_relaxed);
 	taken(u);
 	reap(s, u);
 	atomic_store_explicit(&fault_wait_fail, EPERM, memory_order_relaxed);
@@ -310,7 +315,7 @@ static int uring_submit(struct shard *s)
 
 	if (__builtin_expect(rc >= 3, 0)) {
 		/* A test's failed submit: the kernel takes nothing (fault.h). */
-		if (rc == 3)
+		if (rc == 3 || rc == 5)
 			return -EAGAIN;
 		if (rc == 4)
 			return fault_short_submit(s, u);

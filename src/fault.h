@@ -22,13 +22,14 @@ extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
 /*
- * fault_wait_fails above 0: the next that many io_uring waits of the
- * service's shards are refused with errno fault_wait_fail (INT_MAX: every
- * one, until the test sets it to 0); the ring stops working at run time,
- * for a moment or for good (backend_uring.c).  fault_wait_how 0: the
- * kernel refuses the enter, the wait's reads queued; 1: the completions of
- * the reads of the timerfd and eventfd fail instead (what they read is
- * lost).  Set fault_wait_fail and fault_wait_how first.
+ * fault_wait_fails above 0: the next that many io_uring refusals, in any
+ * shard of the process, are made with errno fault_wait_fail (INT_MAX:
+ * every one, until the test sets it to 0); the ring stops working at run
+ * time, for a moment or for good (backend_uring.c).  fault_wait_how 0: the
+ * kernel refuses a wait's enter, the wait's reads queued (one a wait);
+ * 1: the completions of the reads of the timerfd and eventfd fail instead,
+ * what they read lost (up to two a wait).  Set fault_wait_fail and
+ * fault_wait_how first.
  */
 extern _Atomic int fault_wait_fail __attribute__((visibility("hidden")));
 extern _Atomic int fault_wait_fails __attribute__((visibility("hidden")));
@@ -48,16 +49,18 @@ extern _Atomic int fault_post_held __attribute__((visibility("hidden")));
  * the kernel, until fault_post_held is 2 (or a second has passed): a
  * window in which a test can close and reuse a queue's ring fd.
  */
+int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
  * fault_post at 4: short submits, as from a kernel that can allocate some
- * requests and not others: a shard's waits hand the kernel nothing and do
- * not sleep, and its submits of posts take nothing until one finds a read
- * queued ahead of the last post; that one takes all but the last post, and
- * the ring stops working: the shard sets fault_post to 5, its next wait is
- * refused (EPERM: fault_wait_fail), and its settle sends nothing.  The post
- * left queued must go back to its queue's list (uring_settle()).
+ * requests and not others: a shard's waits hand the kernel nothing (a
+ * full SQ aside) and do not sleep, and its submits of posts take nothing
+ * until one finds a read queued ahead of the last post; that one takes all
+ * but the last post, sets fault_post_held to the entries it left (1), and
+ * the ring stops working: the shard sets fault_post to 5, and then its
+ * submits take nothing, its next wait is refused (EPERM: fault_wait_fail)
+ * and its settle sends nothing.  The post left queued must go back to its
+ * queue's list (uring_settle()).
  */
-int fault_post_refuse(void) __attribute__((visibility("hidden")));
 /*
  * Test holds, each until the test clears its flag (two seconds at most),
  * having set its _held to 1; they spin and yield, since the take and the

@@ -897,7 +897,6 @@ START_TEST(test_queue_service_destroyed_first)
 }
 END_TEST
 
-/* A taker blocked for ever returns when the service goes. */
 /*
  * Waits until a taker is blocked inside kairos_queue_take() on @q (a thread
  * that started late would otherwise call it on a queue already gone).
@@ -916,6 +915,7 @@ static void q_wait_taker(struct kairos_queue *q)
 	ck_assert_uint_eq(n, 1);
 }
 
+/* A taker blocked for ever returns when the service goes. */
 static void *q_take_forever(void *arg)
 {
 	struct kairos_queue *q = arg;

@@ -194,10 +194,11 @@ START_TEST(test_uring_stops_working_at_run_time)
 	for (int i = 0; i < N / 2; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 20 * T_MS + t_rand_below(&seed, 200 * T_MS)),
 				 0);
+	/* Before the refusals begin: the shard's second is counted from later. */
+	t0 = t_now(k);
 	atomic_store(&fault_wait_fail, err);
 	atomic_store(&fault_wait_how, 0);
 	atomic_store(&fault_wait_fails, _i == 0 ? INT_MAX : 1);
-	t0 = t_now(k);
 	/* One due at once wakes the shard; its next wait is refused. */
 	ck_assert_int_eq(t_arm(k, &tt, &tm[N / 2], 0), 0);
 	if (_i == 0)

@@ -221,8 +221,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * profile, kernel.io_uring_disabled; or ENOMEM under a finite
  * RLIMIT_MEMLOCK); any other io_uring failure fails the create.  A ring that
  * stops working later moves its shard to epoll at run time (a refusal for
- * want of memory or completion space is tried again for up to a second,
- * timers up to 1 ms late meanwhile, never early: kairos(3)).  The
+ * want of memory or completion space is tried again for a second at the
+ * least, timers up to 1 ms late meanwhile, never early: kairos(3)).  The
  * environment variable KAIROS_BACKEND=auto|uring|io_uring|epoll (any case)
  * overrides KAIROS_BACKEND_AUTO, and "uring" then means io_uring or failure.
  * On failure nothing the call made (fd, thread, memory) is left.
