@@ -126,9 +126,14 @@ START_TEST(test_far_idle_then_cancel)
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC), 0);
 	t_sleep_ms(200);	/* ten polls: the block is dormant */
-	ck_assert_int_eq(kairos_stats(k, &before), 0);
-	t_sleep_ms(100);
-	ck_assert_int_eq(kairos_stats(k, &after), 0);
+	/* A quiet 100 ms (the dormant pass comes late on a stalled machine). */
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(kairos_stats(k, &before), 0);
+		t_sleep_ms(100);
+		ck_assert_int_eq(kairos_stats(k, &after), 0);
+		if (after.wakeups == before.wakeups)
+			break;
+	}
 	ck_assert_uint_eq(after.wakeups, before.wakeups);
 	steals = atomic_load(&k->kept_steals);
 	for (int i = 0; i < N; i++)
@@ -178,6 +183,8 @@ START_TEST(test_far_cancel_races_its_visit)
 	t_sleep_ns(F_FAR - 2 * T_MS);
 	for (int i = 0; i < N; i++)
 		t_cancel(k, &tt, &tm[i]);
+	/* Those not cancelled run (later on a stalled machine); then a while for a second run. */
+	t_wait_fired(N - t_u64(&tt.cancelled));
 	t_sleep_ms(100);
 	for (int i = 0; i < N; i++) {
 		int runs = t_int(&tm[i].runs), cancels = t_int(&tm[i].cancel_ok);
@@ -329,28 +336,46 @@ static void f_cancel_run(struct kairos *k, struct t_timer *tm, int from, int to,
  */
 static void f_sweep_after(bool trickle)
 {
-	enum { N = 4 * WHEEL_SWEEP_MIN };
+	enum { N = 4 * WHEEL_SWEEP_MIN, TRIES = 2 };
 	static struct t_timer tm[N];
-	struct kairos *k = f_create(1);
-	struct shard *s = k->shards[0];
+	struct kairos *k;
+	struct shard *s;
 	uint64_t sweeps0, swept0, sweeps, swept = 0, t0, ran;
 	struct kairos_stats st;
 
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC), 0);
-	t_sleep_ms(200);	/* the block is dormant: the shard sleeps */
-	sweeps0 = f_sweeps(s, &swept0);
-	t0 = t_mono();
-	/* 256 bundles, 0.5 ms or more apart: at least 128 ms, due half way. */
-	f_cancel_run(k, tm, 0, N, trickle ? 500 : 0);
-	ran = t_mono() - t0;
-	sweeps = f_sweeps(s, &swept);
-	if (trickle && ran < 4 * SHARD_FLUSH_NS)
-		ck_abort_msg("the trickle ran %llu ns, too short to test the cap",
-			     (unsigned long long)ran);
-	if (trickle)
-		ck_assert_msg(sweeps > sweeps0, "no sweep in %llu ns of kept cancels",
-			      (unsigned long long)ran);
+	/*
+	 * The sweep falls due half way through the trickle and comes within
+	 * about two flushes: a shard stalled for most of the second half (a
+	 * loaded machine) misses it.  Such a try is made once more, on a fresh
+	 * service.  (A cap that does not work misses unless a trickle happens
+	 * to pause for SWEEP_QUIET_NS, when the quiet rule sweeps: one try
+	 * more makes that likelier, so only one.)
+	 */
+	for (int try = 1;; try++) {
+		k = f_create(1);
+		s = k->shards[0];
+		memset(tm, 0, sizeof(tm));
+		for (int i = 0; i < N; i++)
+			ck_assert_int_eq(t_arm(k, &tt, &tm[i], 3600 * T_SEC), 0);
+		t_sleep_ms(200);	/* the block is dormant: the shard sleeps */
+		sweeps0 = f_sweeps(s, &swept0);
+		t0 = t_mono();
+		/* 256 bundles, 0.5 ms or more apart: at least 128 ms, due half way. */
+		f_cancel_run(k, tm, 0, N, trickle ? 500 : 0);
+		ran = t_mono() - t0;
+		sweeps = f_sweeps(s, &swept);
+		if (trickle && ran < 4 * SHARD_FLUSH_NS)
+			ck_abort_msg("the trickle ran %llu ns, too short to test the cap",
+				     (unsigned long long)ran);
+		if (!trickle || sweeps > sweeps0)
+			break;
+		ck_assert_msg(try < TRIES, "no sweep in %llu ns of kept cancels, %d tries",
+			      (unsigned long long)ran, TRIES);
+		fprintf(stderr, "sweep_in_trickle: no sweep in %llu ns of kept cancels; again\n",
+			(unsigned long long)ran);
+		t_destroy(k, KAIROS_DRAIN_DROP, 0);
+		t_setup();	/* the tallies are the next service's */
+	}
 	/* Whatever is left stale goes once the cancels pause. */
 	for (int i = 0; i < 500 && swept - swept0 < N - WHEEL_SWEEP_MIN; i++) {
 		t_sleep_ms(10);
@@ -475,9 +500,14 @@ static void f_quiet_then_arm(void)
 	ck_assert_int_eq(t_arm(k, &tt, &a, F_FAR + 5 * T_MS), 0);
 	t_wait_fired(1);
 	t_sleep_ms(200);
-	ck_assert_int_eq(kairos_stats(k, &st0), 0);
-	t_sleep_ms(50);
-	ck_assert_int_eq(kairos_stats(k, &st1), 0);
+	/* A quiet 50 ms (the last passes come late on a stalled machine). */
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(kairos_stats(k, &st0), 0);
+		t_sleep_ms(50);
+		ck_assert_int_eq(kairos_stats(k, &st1), 0);
+		if (st1.wakeups == st0.wakeups)
+			break;
+	}
 	ck_assert_uint_eq(st1.wakeups, st0.wakeups);
 	ck_assert_int_eq(t_arm(k, &tt, &b, F_FAR + 5 * T_MS), 0);
 	t_wait_fired(2);

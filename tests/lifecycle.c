@@ -1168,6 +1168,7 @@ START_TEST(test_lifecycle_kept_cancel_reaches_pool_within_bound)
 	for (int i = 0; i < 400 && atomic_load(&k->kept_watch); i++)
 		t_sleep_ms(5);
 	ck_assert_uint_eq(atomic_load(&k->kept_watch), 0);
+	t_sleep_ms(20);	/* its last look over: it waits */
 	sw = task_switches("kairos-reclaim");
 	t_sleep_ms(200);
 	/* 50 looks' worth of time; one wake-up allowed for a stray kick. */
