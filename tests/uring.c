@@ -131,10 +131,10 @@ static void sleep_until(struct kairos *k, uint64_t t)
 /*
  * While refusals that could pass last (a second and 100 tries at the least,
  * counted from @t0 or later), the shard keeps the ring and keeps passing:
- * within the second it still says io_uring, each of the @n timers @tm due in the
- * first 300 ms has run (by 950 ms at the latest), and it has tried about
- * once a millisecond (a wake-up each: 60 at the least in 600 ms).  Judged
- * only if this thread looked within the second.
+ * within the second it still says io_uring, each of the @n timers @tm due
+ * in the first 300 ms has run (by 950 ms at the latest), and it has tried
+ * about once a millisecond (a wake-up each: 60 at the least in 600 ms).
+ * Judged only if this thread looked within the second.
  */
 static void still_trying(struct kairos *k, struct t_timer *tm, int n, uint64_t t0)
 {
