@@ -473,7 +473,6 @@ START_TEST(test_ring_refused_post_of_a_stopped_timer)
 	struct kairos_expiry e[2];
 	struct kairos_queue *q;
 	struct io_uring ring;
-	int rc = 0;
 
 	ck_assert_int_eq(io_uring_queue_init(8, &ring, 0), 0);
 	ck_assert_int_eq(kairos_queue_create(k, &q), 0);
@@ -487,9 +486,8 @@ START_TEST(test_ring_refused_post_of_a_stopped_timer)
 	atomic_store(&fault_post, 0);
 	atomic_store(&fault_post_held, 2);
 	/* The shard ends it once the refusal returns (later on a stalled machine). */
-	for (int i = 0; i < T_WAIT_MS && (rc = kairos_cancel(k, t.id)) == -EBUSY; i++)
-		t_sleep_ms(1);
-	ck_assert_int_eq(rc, -ENOENT);
+	t_wait_ended(k, t.id);
+	ck_assert_int_eq(kairos_cancel(k, t.id), -ENOENT);
 	t_sleep_ms(100);
 	ck_assert_int_eq(kairos_queue_take(q, e, 2, 0), 0);
 	ck_assert_int_eq(r_reap(&ring, &t, 1, 1, 50), 0);
@@ -564,7 +562,6 @@ START_TEST(test_ring_short_submit_then_refused)
 	struct kairos_expiry e[N];
 	struct kairos_queue *q;
 	struct io_uring ring;
-	const char *name = NULL, *why = NULL;
 	int got, taken = 0;
 
 	ck_assert_int_eq(io_uring_queue_init(2 * N, &ring, 0), 0);
@@ -575,14 +572,8 @@ START_TEST(test_ring_short_submit_then_refused)
 	/* Due one after another, so that several passes post. */
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(r_arm(k, q, &t[i], 5 * T_MS + (uint64_t)i * T_MS / 2, 0), 0);
-	for (int i = 0; i < T_WAIT_MS; i++) {
-		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
-		if (strcmp(name, "epoll") == 0)
-			break;
-		t_sleep_ms(1);
-	}
+	(void)t_backend_becomes(k, "epoll");
 	ck_assert_int_eq(atomic_load(&fault_post), 5);
-	ck_assert_str_eq(name, "epoll");
 	/* The short submit left a post queued, sent by nothing after it. */
 	ck_assert_int_ge(atomic_load(&fault_post_held), 1);
 	atomic_store(&fault_post, 0);

@@ -607,16 +607,32 @@ static inline void t_wait_fired(uint64_t n)
 }
 
 /*
- * A one-shot whose callback was seen to run (it counted) may still be
- * returning, and a cancel then says -EBUSY: waits until it has ended, after
- * which a cancel or reset of @id says -ENOENT.  Only for a timer known to
- * have run: a pending one would be cancelled.
+ * A one-shot whose callback was seen to run (it counted), or a periodic
+ * timer stopped while its run was under way, may still be running, and a
+ * cancel then says -EBUSY: waits until it has ended, after which a cancel
+ * or reset of @id says -ENOENT.  Only for a timer known to have run: a
+ * pending one would be cancelled.
  */
 static inline void t_wait_ended(struct kairos *k, kairos_id id)
 {
 	int rc = kairos_cancel_sync(k, id);
 
 	ck_assert_msg(rc == -ENOENT || rc == -EBUSY, "cancel_sync of a timer that ran: %d", rc);
+}
+
+/* The reason shard 0 of @k gives, once it reports backend @want (T_WAIT_MS at most). */
+static inline const char *t_backend_becomes(struct kairos *k, const char *want)
+{
+	const char *name = NULL, *why = NULL;
+
+	for (int i = 0; i < T_WAIT_MS; i++) {
+		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
+		if (strcmp(name, want) == 0)
+			break;
+		t_sleep_ms(1);
+	}
+	ck_assert_str_eq(name, want);
+	return why;
 }
 
 /* A callback for calls that must fail: it must never run. */

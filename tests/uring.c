@@ -172,21 +172,6 @@ static void still_trying(struct kairos *k, struct t_timer *tm, int n, uint64_t t
 		      b.wakeups - a.wakeups);
 }
 
-/* The name and reason shard 0 of @k reports, once it reports @want (T_WAIT_MS at most). */
-static const char *backend_becomes(struct kairos *k, const char *want)
-{
-	const char *name = NULL, *why = NULL;
-
-	for (int i = 0; i < T_WAIT_MS; i++) {
-		ck_assert_int_eq(kairos_backend_info(k, 0, &name, &why), 0);
-		if (strcmp(name, want) == 0)
-			break;
-		t_sleep_ms(1);
-	}
-	ck_assert_str_eq(name, want);
-	return why;
-}
-
 /*
  * The ring stops working at run time (its waits are refused: fault.h): the
  * shard moves to epoll and timerfd and says why, and nothing is lost: the
@@ -219,7 +204,7 @@ START_TEST(test_uring_stops_working_at_run_time)
 	ck_assert_int_eq(t_arm(k, &tt, &tm[N / 2], 0), 0);
 	if (_i == 0)
 		still_trying(k, tm, N / 2 + 1, t0);
-	why = backend_becomes(k, "epoll");
+	why = t_backend_becomes(k, "epoll");
 	atomic_store(&fault_wait_fails, 0);
 	ck_assert_msg(strstr(why, "stopped working at run time") && strstr(why, strerror(err)),
 		      "why: %s", why);
