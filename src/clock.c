@@ -125,7 +125,13 @@ KAIROS_EXPORT int kairos_clock_advance(struct kairos *k, uint64_t ns)
 	}
 	now = atomic_load_explicit(&k->manual_now, memory_order_relaxed);
 	do {
-		if (clock_add_overflows(now, ns, &to)) {
+		/*
+		 * 2^64 - 1 ns stands for never: a deadline or next period that
+		 * would pass it saturates there (shard.c, jitter.c), and a clock
+		 * that reached it would find such a periodic timer due after
+		 * every run, where the tick divides 2^64 - 1.
+		 */
+		if (clock_add_overflows(now, ns, &to) || to == UINT64_MAX) {
 			rc = -EOVERFLOW;
 			goto out;
 		}

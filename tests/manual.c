@@ -189,18 +189,22 @@ START_TEST(test_manual_errors)
 	ck_assert_int_eq(kairos_clock_advance(sys, 1), -EINVAL);
 	ck_assert_int_eq(kairos_clock_advance(sys, 0), -EINVAL);
 
-	/* To the last ns, and not one further; the time stays where it was. */
+	/*
+	 * To the ns before 2^64 - 1 (never), and not one further; the time
+	 * stays where it was.
+	 */
 	m_advance(k, UINT64_MAX - 10);
 	ck_assert_int_eq(kairos_clock_advance(k, 11), -EOVERFLOW);
+	ck_assert_int_eq(kairos_clock_advance(k, 10), -EOVERFLOW);
 	ck_assert_uint_eq(t_now(k), UINT64_MAX - 10);
 	ck_assert_int_eq(kairos_clock_advance(k, UINT64_MAX), -EOVERFLOW);
-	m_advance(k, 10);
-	ck_assert_uint_eq(t_now(k), UINT64_MAX);
+	m_advance(k, 9);
+	ck_assert_uint_eq(t_now(k), UINT64_MAX - 1);
 	ck_assert_int_eq(kairos_clock_advance(k, 1), -EOVERFLOW);
 	m_advance(k, 0);
 	/* Delays from the end of time overflow; absolute times do not. */
-	ck_assert_int_eq(kairos_arm(k, 1, t_cb_never, NULL, &id), -EOVERFLOW);
-	ck_assert_int_eq(kairos_reset(k, 1, 1), -EOVERFLOW);
+	ck_assert_int_eq(kairos_arm(k, 2, t_cb_never, NULL, &id), -EOVERFLOW);
+	ck_assert_int_eq(kairos_reset(k, 1, 2), -EOVERFLOW);
 
 	/* A policy is for a periodic timer, and one at a time. */
 	o.flags = KAIROS_PERIOD_FIXED_DELAY;
@@ -666,6 +670,47 @@ START_TEST(test_manual_fixed_rate_status_saturates)
 END_TEST
 
 /*
+ * 2^64 - 1 ns stands for never, on every tick: with a tick that divides
+ * it (65535 = 3 x 5 x 17 x 257), that time is a tick's start, and a clock
+ * that reached it found a saturated periodic timer due again after every
+ * run (the advance never returned).  The clock stops short of it.
+ */
+START_TEST(test_manual_never_is_not_reached)
+{
+	struct kairos_config c = m_cfg(_i, 0);
+	struct kairos_timer_opts o = { .period_ns = T_MS, .flags = KAIROS_PERIOD_FIXED_DELAY };
+	struct m_timer rate, delay, at;
+	struct kairos_stats st;
+	struct kairos *k;
+
+	c.tick_ns = 65535;
+	k = t_create(&c);
+	m_init(&rate, k);
+	m_init(&delay, k);
+	m_init(&at, k);
+	ck_assert_int_eq(kairos_arm_every(k, 1000 * T_MS, m_cb, &rate, &rate.id), 0);
+	m_arm_opts(k, &delay, UINT64_MAX - 3 * T_MS, &o);
+	ck_assert_int_eq(kairos_arm_at(k, UINT64_MAX, m_cb, &at, &at.id), 0);
+	/* The last ns the clock reaches: each periodic runs once, its next run never. */
+	m_advance_to(k, UINT64_MAX - 1);
+	ck_assert_int_eq(m_calls(&rate), 1);
+	ck_assert_int_eq(m_st(&rate, 0), INT_MAX);
+	ck_assert_int_eq(m_calls(&delay), 1);
+	ck_assert_int_eq(m_calls(&at), 0);
+	ck_assert_int_eq(kairos_clock_advance(k, 1), -EOVERFLOW);
+	ck_assert_uint_eq(t_now(k), UINT64_MAX - 1);
+	m_advance(k, 0);
+	ck_assert_int_eq(m_calls(&rate), 1);
+	ck_assert_int_eq(m_calls(&delay), 1);
+	ck_assert_int_eq(m_calls(&at), 0);
+	st = m_identity(k, 3, 0, 0, 2);
+	ck_assert_uint_eq(st.pending, 3);
+	ck_assert_int_eq(t_int(&rate.bad) + t_int(&delay.bad) + t_int(&at.bad), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 3);
+}
+END_TEST
+
+/*
  * Fixed delay: next = end of the callback + period.  The callback "takes"
  * 3 ms (it advances the clock itself), so the runs are at 10, 23, 36 ms;
  * a late run covers one expiration and the next is a period after it.
@@ -1069,6 +1114,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_manual_slack, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_rate_coalesces, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_rate_status_saturates, 0, 2);
+	tcase_add_loop_test(tc, test_manual_never_is_not_reached, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_delay, 0, 2);
 	tcase_add_loop_test(tc, test_manual_skip, 0, 2);
 	tcase_add_loop_test(tc, test_manual_queue, 0, 4);

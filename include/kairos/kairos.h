@@ -705,7 +705,8 @@ int kairos_remaining(struct kairos *k, kairos_id id, uint64_t *ns);
  * returns 0 at once; an advance another thread waits in also waits for
  * what this one made due.
  * Return: 0; -EINVAL for a NULL @k or a service whose clock is not manual;
- * -EOVERFLOW when the clock would pass 2^64 - 1 ns (it does not move);
+ * -EOVERFLOW when the clock would reach 2^64 - 1 ns, which stands for never
+ * (it does not move);
  * -ESHUTDOWN after kairos_destroy(), or when a destroy ended the wait (the
  * clock moved, but what became due may have been drained instead).
  */
