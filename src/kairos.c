@@ -597,6 +597,15 @@ arm(struct kairos *k, struct tstate *t, uint64_t now_ns, uint64_t deadline_ns,
 	bool far, pop, look;
 	int rc;
 
+	/*
+	 * Under a cap, a keyed arm that finds its key held says so before it
+	 * takes a place: one retried against a held key would otherwise hold
+	 * a place for much of each try, and other arms be refused with a
+	 * place free.  (Two arms racing for a free key still hold one each
+	 * until the loser finds it taken, below.)
+	 */
+	if (kn && !a->replace && k->cfg.max_timers && key_held(k, kn))
+		return -EEXIST;
 	if (!reserve(k))
 		return -EAGAIN;
 	if (q) {

@@ -409,6 +409,13 @@ int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id)
 	return rc;
 }
 
+bool key_held(struct kairos *k, const struct key_node *kn)
+{
+	kairos_id id;
+
+	return key_lookup(k, kn->bytes, kn->len, &id) == 0;
+}
+
 void key_release_slow(struct kairos *k, struct rec *r, kairos_id id)
 {
 	struct shard *s = rec_shard(k, r);

@@ -32,6 +32,8 @@ int key_take(struct kairos *k, struct key_node *kn, bool replace);
 void cancel_for_key(struct kairos *k, kairos_id id);
 /* Inside the read-side section: the id holding @key, or -ENOENT. */
 int key_lookup(struct kairos *k, const void *key, size_t len, kairos_id *id);
+/* Inside the read-side section: whether the key of @kn (not yet taken) is held. */
+bool key_held(struct kairos *k, const struct key_node *kn);
 /*
  * The timer of @r has ended: it gives its key up, if it still holds one.
  * Any thread, any context; at most one caller per key finds it.  @id 0:

@@ -531,6 +531,64 @@ START_TEST(test_api_max_timers_count_never_over)
 }
 END_TEST
 
+/* Arms key "held" (no replace) until told to stop; anything but -EEXIST counts. */
+static void *t_held_key_arms(void *arg)
+{
+	struct kairos_timer_opts o = { .key = "held", .key_len = 4 };
+	struct kairos *k = arg;
+
+	while (!atomic_load(&over_stop))
+		if (kairos_arm_opts(k, 10 * T_SEC, &o, t_cb_never, NULL, NULL) != -EEXIST)
+			atomic_fetch_add(&over_other, 1);
+	return NULL;
+}
+
+/*
+ * A keyed arm retried against a held key takes no place under the cap: with
+ * cap 2, one timer holding the key and one plain timer armed and cancelled
+ * in turn, the plain arm is never refused.
+ */
+START_TEST(test_api_max_timers_held_key_takes_no_place)
+{
+	struct kairos_timer_opts o = { .key = "held", .key_len = 4 };
+	struct kairos_config c = t_cfg(1, 1);
+	struct kairos_stats st;
+	uint64_t end, tries = 0, refused = 0;
+	struct kairos *k;
+	pthread_t th;
+	kairos_id id;
+
+	c.max_timers = 2;
+	atomic_store(&over_other, 0);
+	k = t_create(&c);
+	ck_assert_int_eq(kairos_arm_opts(k, 10 * T_SEC, &o, t_cb_never, NULL, NULL), 0);
+	atomic_store(&over_stop, 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, t_held_key_arms, k), 0);
+	end = t_mono() + 300 * T_MS;
+	while (t_mono() < end) {
+		int rc = kairos_arm(k, 10 * T_SEC, t_cb_never, NULL, &id);
+
+		tries++;
+		if (rc == -EAGAIN) {
+			refused++;
+			continue;
+		}
+		ck_assert_int_eq(rc, 0);
+		ck_assert_int_eq(kairos_cancel(k, id), 0);
+	}
+	atomic_store(&over_stop, 1);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(t_int(&over_other), 0);	/* every keyed arm found it held */
+	ck_assert_msg(refused == 0, "%" PRIu64 " of %" PRIu64 " arms refused with a place free",
+		      refused, tries);
+	ck_assert_int_eq(kairos_stats(k, &st), 0);
+	ck_assert_uint_eq(st.rejected, 0);
+	ck_assert_uint_eq(st.armed, 1 + tries);
+	ck_assert_uint_eq(st.pending, 1);
+	t_destroy(k, KAIROS_DRAIN_DROP, 1);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* After destroy, -ESHUTDOWN comes first                               */
 
@@ -750,6 +808,7 @@ int main(void)
 	tcase_add_test(tc, test_api_max_timers);
 	tcase_add_test(tc, test_api_max_timers_concurrent);
 	tcase_add_test(tc, test_api_max_timers_count_never_over);
+	tcase_add_test(tc, test_api_max_timers_held_key_takes_no_place);
 	tcase_add_test(tc, test_api_eshutdown_before_argument_errors);
 	tcase_add_test(tc, test_api_tick_bounds);
 	tcase_add_test(tc, test_api_version);
