@@ -541,7 +541,12 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 	atomic_fetch_add_explicit(&q->active, 1, memory_order_seq_cst);
 	/* Held while records are: a callback may destroy the queue. */
 	queue_ref(q);
-	while (n < max) {
+	/*
+	 * A destroy begun meanwhile waits for this call (queue_teardown_wait())
+	 * while the shards still fill the list: the call stops taking, or a
+	 * large @max on a busy queue would keep it, and the destroy, going.
+	 */
+	while (n < max && !atomic_load_explicit(&k->dead, memory_order_relaxed)) {
 		struct rec *r, *last, *next;
 
 		/*
@@ -563,9 +568,12 @@ static int drain(struct kairos_queue *q, struct kairos_expiry *out, unsigned max
 			/*
 			 * A callback (or another thread) destroyed the queue:
 			 * what this call had not reached ends unrun, as the
-			 * destroy ended what was still waiting.
+			 * destroy ended what was still waiting.  Once the
+			 * service's destroy has begun, it goes back on the
+			 * list, for that destroy to drain.
 			 */
-			if (n == max || atomic_load_explicit(&q->closed, memory_order_relaxed)) {
+			if (n == max || atomic_load_explicit(&q->closed, memory_order_relaxed) ||
+			    atomic_load_explicit(&k->dead, memory_order_relaxed)) {
 				list_put(q, r, last, true);
 				break;
 			}

@@ -7,6 +7,7 @@
  * generous, and nothing asserts speed.  meson runs this program twice: with
  * the backend the probe picks and with KAIROS_BACKEND=epoll.
  */
+#include <limits.h>
 #include <poll.h>
 
 #include "t_util.h"
@@ -966,6 +967,83 @@ START_TEST(test_queue_take_wakes_at_queue_destroy)
 }
 END_TEST
 
+static atomic_int q_busy_calls;
+
+/* Takes a little longer than the period of the timers that call it. */
+static void q_cb_busy(void *arg, kairos_id id, int status)
+{
+	(void)arg;
+	(void)id;
+	(void)status;
+	atomic_fetch_add(&q_busy_calls, 1);
+	t_sleep_ns(1500 * T_US);
+}
+
+/* Once entries wait, one run with no limit. */
+static void *q_run_all(void *arg)
+{
+	struct pollfd p = { .fd = kairos_queue_fd(arg), .events = POLLIN };
+
+	if (poll(&p, 1, T_WAIT_MS) != 1)
+		return (void *)(intptr_t)-1;
+	return (void *)(intptr_t)kairos_queue_run(arg, UINT_MAX);
+}
+
+struct q_destroyer {
+	struct kairos *k;
+	atomic_int rc, done;
+};
+
+static void *q_destroy_thread(void *arg)
+{
+	struct q_destroyer *d = arg;
+
+	atomic_store(&d->rc, kairos_destroy(d->k, KAIROS_DRAIN_DROP));
+	atomic_store(&d->done, 1);
+	return NULL;
+}
+
+/*
+ * A kairos_queue_run() with no limit, on a queue its shard keeps filling
+ * (two 1 ms periodic timers whose callbacks take 1.5 ms), stops once the
+ * service's destroy has begun: the destroy waits for it, and would wait
+ * for ever (as it did: the run went on taking).  At most the callback it
+ * was about to start starts after the destroy.
+ */
+START_TEST(test_queue_run_stops_at_service_destroy)
+{
+	struct kairos_timer_opts o = { .period_ns = T_MS };
+	struct kairos_config c = t_cfg(1, 1);
+	struct q_destroyer d = { 0 };
+	struct kairos_queue *q;
+	pthread_t run, des;
+	int before, after;
+	void *ran;
+
+	atomic_store(&q_busy_calls, 0);
+	d.k = t_create(&c);
+	ck_assert_int_eq(kairos_queue_create(d.k, &q), 0);
+	o.queue = q;
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(kairos_arm_opts(d.k, T_MS, &o, q_cb_busy, NULL, NULL), 0);
+	ck_assert_int_eq(pthread_create(&run, NULL, q_run_all, q), 0);
+	ck_assert_int_ge(t_wait_int(&q_busy_calls, 20, T_WAIT_MS), 20);
+	before = atomic_load(&q_busy_calls);
+	ck_assert_int_eq(pthread_create(&des, NULL, q_destroy_thread, &d), 0);
+	for (int i = 0; i < T_WAIT_MS && !atomic_load(&d.done); i++)
+		t_sleep_ms(1);
+	after = atomic_load(&q_busy_calls);
+	ck_assert_msg(atomic_load(&d.done), "kairos_destroy() still waits after %d ms: %d "
+		      "callbacks since it began", T_WAIT_MS, after - before);
+	ck_assert_int_eq(pthread_join(des, NULL), 0);
+	ck_assert_int_eq(pthread_join(run, &ran), 0);
+	ck_assert_int_eq((int)(intptr_t)ran, after);
+	ck_assert_int_le(after - before, 1);
+	ck_assert_int_eq(atomic_load(&d.rc), 2);	/* both periodic timers drained */
+	ck_assert_int_eq(kairos_queue_destroy(q), 0);
+}
+END_TEST
+
 static atomic_int q_hold_ran;
 
 static void *q_take_many(void *arg)
@@ -1256,6 +1334,7 @@ int main(void)
 	tcase_add_test(tc, test_queue_take_wakes_at_destroy);
 	tcase_add_test(tc, test_queue_take_wakes_at_queue_destroy);
 	tcase_add_test(tc, test_queue_take_holds_list_at_destroy);
+	tcase_add_test(tc, test_queue_run_stops_at_service_destroy);
 	tcase_add_test(tc, test_queue_opts_kinds);
 	tcase_add_test(tc, test_queue_errors);
 	tcase_add_test(tc, test_queue_many_queues);
