@@ -22,6 +22,8 @@ _Atomic int fault_reset_hold;
 _Atomic int fault_reset_held;
 _Atomic int fault_pass_hold;
 _Atomic int fault_pass_held;
+_Atomic int fault_wake_hold;
+_Atomic int fault_wake_held;
 _Atomic int fault_membarrier;
 _Atomic long fault_suspend_ticks;
 _Atomic long fault_suspend_ns;
@@ -72,5 +74,6 @@ void fault_hold(_Atomic int *hold, _Atomic int *held)
 	do {
 		sched_yield();
 		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (atomic_load_explicit(hold, memory_order_seq_cst) && t.tv_sec - t0.tv_sec < 2);
+	} while (atomic_load_explicit(hold, memory_order_seq_cst) &&
+		 (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 2000000000L);
 }

@@ -576,6 +576,13 @@ struct shard_stats {
 #define ARRIVAL_PAGE		(1u << ARRIVAL_PAGE_BITS)
 #define ARRIVAL_DIR		256u
 
+/*
+ * A shard's wake_pending: no wake-up under way; a poster won the flag and
+ * is on its way to the eventfd write; the write is made (later posters of
+ * this sleep need not write).
+ */
+enum shard_wake { WAKE_NONE, WAKE_KICKING, WAKE_KICKED };
+
 struct shard {
 	/* Written by every poster: its own cache lines. */
 	_Atomic(struct rec *) inbox __attribute__((aligned(CACHELINE)));
@@ -604,7 +611,7 @@ struct shard {
 	 * no post waits longer than that for the shard to take it.
 	 */
 	_Atomic uint64_t sleep_tick __attribute__((aligned(CACHELINE)));
-	_Atomic int wake_pending;
+	_Atomic int wake_pending;	/* enum shard_wake, cleared by the shard as it wakes */
 	/*
 	 * A manual-clock service only: the time the last pass expired at,
 	 * published before the shard sleeps; kairos_clock_advance() reads it

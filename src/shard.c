@@ -164,6 +164,18 @@ static void shard_kick(struct shard *s)
 }
 
 /*
+ * After a write: KICKING -> KICKED, unless the shard has cleared the flag
+ * meanwhile (it woke), which a store would undo, silencing the next poster.
+ */
+static void wake_kicked(struct shard *s)
+{
+	int w = WAKE_KICKING;
+
+	atomic_compare_exchange_strong_explicit(&s->wake_pending, &w, WAKE_KICKED,
+						memory_order_release, memory_order_relaxed);
+}
+
+/*
  * shard_wake_always - wakes @s whatever its wake_pending says: for
  * kairos_clock_advance(), whose new time the shard reads with no other
  * order against wake_pending.  (A post's wake is decided by sleep_tick,
@@ -174,8 +186,9 @@ static void shard_kick(struct shard *s)
  */
 void shard_wake_always(struct shard *s)
 {
-	atomic_store_explicit(&s->wake_pending, 1, memory_order_relaxed);
+	atomic_store_explicit(&s->wake_pending, WAKE_KICKING, memory_order_relaxed);
 	shard_kick(s);
+	wake_kicked(s);
 }
 
 void shard_wake(struct shard *s)
@@ -183,11 +196,26 @@ void shard_wake(struct shard *s)
 	/*
 	 * One eventfd write per sleep: the shard clears wake_pending when it
 	 * wakes.  Looked at first, so that posters of a shard about to wake do
-	 * not take its line in turn.
+	 * not take its line in turn.  Only a write made lets the others off:
+	 * while the thread that won is on its way to it (descheduled,
+	 * perhaps), each poster writes too (the writes merge), rather than
+	 * leave an earlier deadline to that thread's return.
 	 */
-	if (atomic_load_explicit(&s->wake_pending, memory_order_relaxed))
+	int w = atomic_load_explicit(&s->wake_pending, memory_order_relaxed);
+
+	if (w == WAKE_KICKED)
 		return;
-	if (!atomic_exchange_explicit(&s->wake_pending, 1, memory_order_acq_rel))
+	if (w == WAKE_NONE &&
+	    atomic_compare_exchange_strong_explicit(&s->wake_pending, &w, WAKE_KICKING,
+						    memory_order_acq_rel, memory_order_relaxed)) {
+		/* A test holds the winner here, before its write (fault.h). */
+		if (__builtin_expect(atomic_load_explicit(&fault_wake_hold, memory_order_relaxed), 0))
+			fault_hold(&fault_wake_hold, &fault_wake_held);
+		shard_kick(s);
+		wake_kicked(s);
+		return;
+	}
+	if (w != WAKE_KICKED)
 		shard_kick(s);
 }
 
@@ -886,7 +914,7 @@ static void *shard_main(void *arg)
 		if (ev < 0) {
 			/* The ring stopped working: move to epoll, then look again. */
 			backend_fallback(s, ev);
-			atomic_store_explicit(&s->wake_pending, 0, memory_order_release);
+			atomic_store_explicit(&s->wake_pending, WAKE_NONE, memory_order_release);
 			s->timer_tick = UINT64_MAX;	/* re-arm whatever is next */
 			continue;
 		}
@@ -894,7 +922,7 @@ static void *shard_main(void *arg)
 		if (ev & BK_TIMER)
 			s->timer_tick = UINT64_MAX;	/* a one-shot timerfd disarms itself */
 		if (ev & BK_WAKE)
-			atomic_store_explicit(&s->wake_pending, 0, memory_order_release);
+			atomic_store_explicit(&s->wake_pending, WAKE_NONE, memory_order_release);
 	}
 	/* Ring queue posts first: a periodic one that completes posts itself again. */
 	if (s->ops->settle)

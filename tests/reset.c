@@ -15,7 +15,7 @@
 
 #include "t_util.h"
 #include "internal.h"	/* a shard's sleep_tick */
-#include "../src/fault.h"	/* fault_reset_hold, fault_pass_hold */
+#include "../src/fault.h"	/* fault_reset_hold, fault_pass_hold, fault_wake_hold */
 
 /* ------------------------------------------------------------------ */
 /* Reset                                                               */
@@ -475,6 +475,7 @@ static void cb_started(void *arg, kairos_id id, int status)
 struct race_reset {
 	struct kairos *k;
 	kairos_id id;
+	uint64_t to;	/* the delay it resets to; 0: 2 s */
 	int rc;
 };
 
@@ -482,7 +483,7 @@ static void *race_reset_main(void *arg)
 {
 	struct race_reset *r = arg;
 
-	r->rc = kairos_reset(r->k, r->id, 2 * T_SEC);
+	r->rc = kairos_reset(r->k, r->id, r->to ? r->to : 2 * T_SEC);
 	return NULL;
 }
 
@@ -565,6 +566,53 @@ START_TEST(test_reset_earlier_while_post_on_its_way)
 }
 END_TEST
 
+/*
+ * A poster that won a sleeping shard's wake-up and stalls before its
+ * eventfd write (held there: fault_wake_hold) does not hold back another
+ * poster's earlier deadline: W and X sleep at 3 s; one thread resets W to
+ * 1 s and is held in its wake-up; this one then resets X to 5 ms, which
+ * must run without waiting for the held thread (before: it ran when the
+ * hold ended, a second or more later).
+ */
+START_TEST(test_reset_earlier_while_a_wake_is_held)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct race_reset rr = { 0 };
+	uint64_t before, started;
+	struct kairos *k;
+	kairos_id x;
+	pthread_t th;
+
+	k = t_create(&c);
+	rr.k = k;
+	atomic_store(&race_started, 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_quiet, NULL, &rr.id), 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_started, NULL, &x), 0);
+	/* The arms' passes are over: the shard sleeps until 3 s. */
+	t_sleep_ms(100);
+	atomic_store(&fault_wake_held, 0);
+	atomic_store(&fault_wake_hold, 1);
+	rr.to = T_SEC;
+	ck_assert_int_eq(pthread_create(&th, NULL, race_reset_main, &rr), 0);
+	ck_assert_int_eq(t_wait_int(&fault_wake_held, 1, 1000), 1);
+	before = t_mono();
+	ck_assert_int_eq(kairos_reset(k, x, 5 * T_MS), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&race_started); i++)
+		t_sleep_ms(1);
+	started = atomic_load(&race_started);
+	atomic_store(&fault_wake_hold, 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(rr.rc, 0);
+	ck_assert_msg(started, "X had not run 1 s after its reset to 5 ms, the wake-up held");
+	ck_assert_uint_ge(started, before + 5 * T_MS);
+	/* The hold ends by itself 2 s after it began (fault_hold()). */
+	ck_assert_msg(started - before < 500 * T_MS, "X started %.1f ms after its reset to 5 ms",
+		      (double)(started - before) / 1e6);
+	ck_assert_int_eq(kairos_cancel(k, rr.id), 0);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reset");
@@ -583,6 +631,7 @@ int main(void)
 	tcase_add_test(tc, test_reset_n_moves_all);
 	tcase_add_test(tc, test_reset_n_errors);
 	tcase_add_test(tc, test_reset_earlier_while_post_on_its_way);
+	tcase_add_test(tc, test_reset_earlier_while_a_wake_is_held);
 	suite_add_tcase(s, tc);
 	return t_main(s, "reset");
 }
