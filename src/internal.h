@@ -195,7 +195,14 @@ struct rec_ext {
 	 * away) exchanges it for NULL (key.c).
 	 */
 	_Atomic(struct key_node *) key;
-	uint64_t spare[2];
+	/*
+	 * Periodic: the deadline (ns) of its last reset, which its period
+	 * restarts from (the tick in wt.deadline rounds it up); written by
+	 * the resetter while it holds the record, read by the shard as it
+	 * takes the post that says REBASE.
+	 */
+	_Atomic uint64_t rebase_ns;
+	uint64_t spare;
 };
 
 _Static_assert(sizeof(struct rec_ext) == 64, "an ext entry is one cache line");

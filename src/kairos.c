@@ -1230,13 +1230,18 @@ reset_rec(struct kairos *k, kairos_id id, struct shard *s, struct rec *r, uint64
 	if (rec_has_ext(r))
 		deadline_ns = jitter_add(deadline_ns,
 					 table_ext_peek(s, table_index(s, r))->jitter_ns);
+	/* The period restarts from this deadline, not from its tick (inbox_one()). */
+	if (periodic)
+		atomic_store_explicit(&table_ext(s, table_index(s, r))->rebase_ns, deadline_ns,
+				      memory_order_relaxed);
 	tick = clock_tick_ceil(deadline_ns, k->cfg.tick_ns);
 	earlier = tick < __atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->wt.deadline, tick, __ATOMIC_RELAXED);
 	if (parked) {
 		/*
 		 * Its expiry waits in a queue, untaken: withdrawn.  The queue's
-		 * next drainer sends it back to the shard (queue.c).
+		 * next drainer sends it back to the shard (queue.c).  (Only a
+		 * one-shot: a periodic one waiting there is FIRING, -EBUSY.)
 		 */
 		(void)timer_reset_give(r, held, false, false, true);
 		return 0;

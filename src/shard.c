@@ -259,11 +259,15 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 		 * it moves the deadline earlier, and the wheel re-checks the
 		 * deadline before anything fires, so filing it now is safe.
 		 */
+		/*
+		 * A periodic timer reset: its period restarts from the exact
+		 * deadline.  (A RESETTING record's resetter may be storing a
+		 * newer one; it posts again, REBASE, and this is read anew.)
+		 */
 		if (old & ST_REBASE) {
 			struct rec_ext *p = table_ext(s, table_index(s, r));
 
-			p->next_ns = clock_tick_ns(__atomic_load_n(&r->wt.deadline, __ATOMIC_RELAXED),
-						   s->k->cfg.tick_ns);
+			p->next_ns = atomic_load_explicit(&p->rebase_ns, memory_order_relaxed);
 		}
 		if (r->wt.where == WHEEL_NONE)
 			wheel_insert(&s->wheel, &r->wt);

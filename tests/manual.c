@@ -794,6 +794,41 @@ START_TEST(test_manual_skip)
 }
 END_TEST
 
+/*
+ * A reset periodic timer's period restarts from the new deadline itself, not
+ * from the tick it falls in: every 1.5 ms on 1 ms ticks, reset at 0 to
+ * 0.25 ms, its deadlines are 0.25, 1.75, 3.25 ms, each run in the tick
+ * after (1, 2 and 4 ms).  (From the tick, 1, 2.5 and 4 ms: the second run
+ * came at 3 ms, up to two ticks after its deadline.)
+ */
+START_TEST(test_manual_reset_periodic_off_tick)
+{
+	struct kairos *k = m_create(_i, 0);
+	struct m_timer p;
+
+	m_init(&p, k);
+	m_arm_every(k, &p, 1500 * T_US, KAIROS_PERIOD_FIXED_RATE);
+	ck_assert_int_eq(kairos_reset(k, p.id, 250 * T_US), 0);
+	m_advance_to(k, T_MS);
+	ck_assert_int_eq(m_calls(&p), 1);
+	m_advance_to(k, 2 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 2);
+	m_advance_to(k, 3 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 2);
+	m_advance_to(k, 4 * T_MS);
+	ck_assert_int_eq(m_calls(&p), 3);
+	ck_assert_uint_eq(m_at(&p, 0), T_MS);
+	ck_assert_uint_eq(m_at(&p, 1), 2 * T_MS);
+	ck_assert_uint_eq(m_at(&p, 2), 4 * T_MS);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(m_st(&p, i), 1);
+	ck_assert_int_eq(kairos_cancel(k, p.id), 0);
+	ck_assert_int_eq(t_int(&p.bad), 0);
+	m_identity(k, 1, 0, 1, 3);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 /* ---- queues and keys --------------------------------------------------- */
 
 static bool m_readable(struct kairos_queue *q)
@@ -1117,6 +1152,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_manual_never_is_not_reached, 0, 2);
 	tcase_add_loop_test(tc, test_manual_fixed_delay, 0, 2);
 	tcase_add_loop_test(tc, test_manual_skip, 0, 2);
+	tcase_add_loop_test(tc, test_manual_reset_periodic_off_tick, 0, 2);
 	tcase_add_loop_test(tc, test_manual_queue, 0, 4);
 	tcase_add_test(tc, test_manual_ring_queue);
 	tcase_add_loop_test(tc, test_manual_keys, 0, 2);
