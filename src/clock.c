@@ -468,7 +468,8 @@ static uint64_t fast_rate(uint64_t tsc, uint64_t ns, uint64_t gap_before)
 {
 	const struct fast_base *b = &fast.base[atomic_load_explicit(&fast.base_at,
 								   memory_order_acquire)];
-	uint64_t dn = ns - b->ns, dt = tsc - b->tsc, mult;
+	uint64_t dn = ns - b->ns, dt = tsc - b->tsc;
+	unsigned __int128 mult;
 
 	if (ns < b->ns + FAST_CAL_NS)
 		return 0;
@@ -476,10 +477,11 @@ static uint64_t fast_rate(uint64_t tsc, uint64_t ns, uint64_t gap_before)
 		fast_rebase(tsc, ns, gap_before);
 		return 0;
 	}
-	mult = (uint64_t)(((unsigned __int128)dn << 32) / dt);
+	/* Judged before it is narrowed: a counter that barely moved is no rate. */
+	mult = ((unsigned __int128)dn << 32) / dt;
 	if (mult < (UINT64_C(1) << 28) || mult > (UINT64_C(1) << 36))
 		return 0;
-	return mult;
+	return (uint64_t)mult;
 }
 #endif
 
