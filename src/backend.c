@@ -65,6 +65,11 @@ static bool uring_refused(int rc, char *why, size_t len)
 {
 	struct rlimit rl;
 
+	if (rc == -EOPNOTSUPP) {
+		snprintf(why, len, "io_uring lacks IORING_OP_READ, or refused its probe "
+			 "(Linux 5.6 or later needed); using epoll + timerfd");
+		return true;
+	}
 	if (rc == -ENOSYS || rc == -EPERM || rc == -EACCES) {
 		snprintf(why, len, "io_uring refused by the kernel (%s); using epoll + timerfd",
 			 strerror(-rc));

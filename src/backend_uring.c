@@ -48,6 +48,23 @@ struct uring_state {
 #define URING_RETRY_TRIES	100u
 #define URING_RETRY_PAUSE_NS	(1000ull * 1000)
 
+/* Whether @ring's kernel has IORING_OP_READ; no probe (before 5.6): no. */
+static bool uring_reads(struct io_uring *ring)
+{
+	struct io_uring_probe *p;
+	bool ok;
+
+	/* A test makes the kernel one without it (fault.h). */
+	if (atomic_load_explicit(&fault_uring_no_read, memory_order_relaxed))
+		return false;
+	p = io_uring_get_probe_ring(ring);
+	if (!p)
+		return false;
+	ok = io_uring_opcode_supported(p, IORING_OP_READ);
+	io_uring_free_probe(p);
+	return ok;
+}
+
 static int uring_init(struct shard *s)
 {
 	static const unsigned ladder[] = {
@@ -78,6 +95,17 @@ static int uring_init(struct shard *s)
 	if (rc) {
 		free(u);
 		return rc;
+	}
+	/*
+	 * The waits read the timerfd and eventfd with IORING_OP_READ (Linux
+	 * 5.6, as the probe itself): a ring without it is refused here, so
+	 * that the probe at create falls back with the reason (a forced one
+	 * fails), rather than the first wait's read failing at run time.
+	 */
+	if (!uring_reads(&u->ring)) {
+		io_uring_queue_exit(&u->ring);
+		free(u);
+		return -EOPNOTSUPP;
 	}
 	s->backend = u;
 	return 0;

@@ -21,6 +21,8 @@
 extern _Atomic long fault_countdown __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring setup fails with this errno (as a kernel refusing it). */
 extern _Atomic int fault_uring __attribute__((visibility("hidden")));
+/* Non-zero: every io_uring ring is taken as lacking IORING_OP_READ (a kernel before 5.6). */
+extern _Atomic int fault_uring_no_read __attribute__((visibility("hidden")));
 /*
  * fault_wait_fails above 0: the next that many io_uring refusals, in any
  * shard of the process, are made with errno fault_wait_fail (INT_MAX:

@@ -50,6 +50,7 @@ static void f_setup(void)
 	t_setup();
 	atomic_store(&fault_countdown, 0);
 	atomic_store(&fault_uring, 0);
+	atomic_store(&fault_uring_no_read, 0);
 	unsetenv("KAIROS_BACKEND");
 }
 
@@ -592,6 +593,36 @@ START_TEST(test_faults_memlock_fallback)
 }
 END_TEST
 
+/*
+ * A kernel whose io_uring has no IORING_OP_READ (5.1 to 5.5: the shard's
+ * waits read with it): AUTO falls back at create and says why, a forced
+ * io_uring fails with -EOPNOTSUPP and leaves no fd behind.
+ */
+START_TEST(test_faults_uring_without_read)
+{
+	struct kairos_config c;
+	struct kairos *k = NULL;
+	const char *name, *why;
+	int fds;
+
+	atomic_store(&fault_uring_no_read, 1);
+	kairos_config_default(&c);
+	c.shards = 2;
+	ck_assert_int_eq(kairos_create(&c, &k), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		ck_assert_int_eq(kairos_backend_info(k, i, &name, &why), 0);
+		ck_assert_str_eq(name, "epoll");
+		ck_assert_msg(strstr(why, "IORING_OP_READ"), "why: %s", why);
+	}
+	f_exercise(k, 4);
+	fds = f_count_fds();
+	c.backend = KAIROS_BACKEND_URING;
+	ck_assert_int_eq(kairos_create(&c, &k), -EOPNOTSUPP);
+	ck_assert_int_eq(f_count_fds(), fds);
+	atomic_store(&fault_uring_no_read, 0);
+}
+END_TEST
+
 /* A seccomp filter that refuses io_uring's three system calls with EPERM. */
 static int f_refuse_io_uring(unsigned flags)
 {
@@ -922,6 +953,7 @@ int main(int argc, char **argv)
 	tcase_add_test(create, test_faults_rlimit_nproc);
 	tcase_add_test(create, test_faults_backend_env);
 	tcase_add_test(create, test_faults_memlock_fallback);
+	tcase_add_test(create, test_faults_uring_without_read);
 	tcase_add_test(create, test_faults_seccomp_before_create);
 	tcase_add_test(run, test_faults_running_allocations);
 	tcase_add_test(run, test_faults_huge_pages_region);

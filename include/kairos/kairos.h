@@ -233,7 +233,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * CLOCK_MONOTONIC, CLOCK_BOOTTIME and KAIROS_CLOCK_MANUAL, ring_entries over
  * 4096, a reserved word that is not 0) or another
  * value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
- * KAIROS_BACKEND_URING is forced and io_uring is refused; -EMFILE or -ENFILE
+ * KAIROS_BACKEND_URING is forced and io_uring is refused (-EOPNOTSUPP when
+ * it lacks IORING_OP_READ, before Linux 5.6); -EMFILE or -ENFILE
  * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
  * failing system call (timerfd, eventfd, epoll, io_uring).
  */
