@@ -562,28 +562,42 @@ START_TEST(test_faults_backend_env)
 END_TEST
 
 /*
- * io_uring setup failing with ENOMEM while RLIMIT_MEMLOCK is finite is how
- * kernels that charge rings to that limit refuse an unprivileged user: AUTO
- * falls back and says why; a forced io_uring fails with -ENOMEM.
+ * A 2-shard AUTO service, made while io_uring is refused: each shard on
+ * epoll, its reason naming @a (and @b, unless NULL); then exercised and
+ * destroyed.  Returns the config, for the forced try after.
  */
-START_TEST(test_faults_memlock_fallback)
+static struct kairos_config f_fallback_service(const char *a, const char *b)
 {
 	struct kairos_config c;
-	struct rlimit rl = { 64 * 1024, 64 * 1024 };
 	struct kairos *k = NULL;
 	const char *name, *why;
 
-	ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
-	atomic_store(&fault_uring, ENOMEM);
 	kairos_config_default(&c);
 	c.shards = 2;
 	ck_assert_int_eq(kairos_create(&c, &k), 0);
 	for (unsigned i = 0; i < 2; i++) {
 		ck_assert_int_eq(kairos_backend_info(k, i, &name, &why), 0);
 		ck_assert_str_eq(name, "epoll");
-		ck_assert_msg(strstr(why, "RLIMIT_MEMLOCK") && strstr(why, "64 KiB"), "why: %s", why);
+		ck_assert_msg(strstr(why, a) && (!b || strstr(why, b)), "why: %s", why);
 	}
 	f_exercise(k, 4);
+	return c;
+}
+
+/*
+ * io_uring setup failing with ENOMEM while RLIMIT_MEMLOCK is finite is how
+ * kernels that charge rings to that limit refuse an unprivileged user: AUTO
+ * falls back and says why; a forced io_uring fails with -ENOMEM.
+ */
+START_TEST(test_faults_memlock_fallback)
+{
+	struct rlimit rl = { 64 * 1024, 64 * 1024 };
+	struct kairos_config c;
+	struct kairos *k = NULL;
+
+	ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	atomic_store(&fault_uring, ENOMEM);
+	c = f_fallback_service("RLIMIT_MEMLOCK", "64 KiB");
 	c.backend = KAIROS_BACKEND_URING;
 	ck_assert_int_eq(kairos_create(&c, &k), -ENOMEM);
 	/* Any other errno than the refusals is a failure, not a fallback. */
@@ -602,19 +616,10 @@ START_TEST(test_faults_uring_without_read)
 {
 	struct kairos_config c;
 	struct kairos *k = NULL;
-	const char *name, *why;
 	int fds;
 
 	atomic_store(&fault_uring_no_read, 1);
-	kairos_config_default(&c);
-	c.shards = 2;
-	ck_assert_int_eq(kairos_create(&c, &k), 0);
-	for (unsigned i = 0; i < 2; i++) {
-		ck_assert_int_eq(kairos_backend_info(k, i, &name, &why), 0);
-		ck_assert_str_eq(name, "epoll");
-		ck_assert_msg(strstr(why, "IORING_OP_READ"), "why: %s", why);
-	}
-	f_exercise(k, 4);
+	c = f_fallback_service("IORING_OP_READ", NULL);
 	fds = f_count_fds();
 	c.backend = KAIROS_BACKEND_URING;
 	ck_assert_int_eq(kairos_create(&c, &k), -EOPNOTSUPP);
