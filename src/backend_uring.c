@@ -192,8 +192,13 @@ static void reap(struct shard *s, struct uring_state *u)
 		}
 		if (cqe->user_data == UD_TIMER) {
 			u->tread = false;
-			/* -ECANCELED: the read was cancelled (no TFD_TIMER_CANCEL_ON_SET here). */
-			if (res == sizeof(uint64_t) || res == -ECANCELED)
+			/*
+			 * Any failure too (-ECANCELED: the read was cancelled;
+			 * no TFD_TIMER_CANCEL_ON_SET here): whether it consumed
+			 * an expiry or not, the pass re-arms the timerfd, which
+			 * costs a settime at most and can lose no deadline.
+			 */
+			if (res == sizeof(uint64_t) || res < 0)
 				u->ev |= BK_TIMER;
 		} else {
 			u->eread = false;
