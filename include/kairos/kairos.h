@@ -219,7 +219,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
  * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
  * profile, kernel.io_uring_disabled; or ENOMEM under a finite
- * RLIMIT_MEMLOCK); any other io_uring failure fails the create.  A ring that
+ * RLIMIT_MEMLOCK), or lacks IORING_OP_READ (before Linux 5.6); any other
+ * io_uring failure fails the create.  A ring that
  * stops working later moves its shard to epoll at run time (a refusal for
  * want of memory or completion space is tried again for a second at the
  * least, timers up to 1 ms late meanwhile, never early: kairos(3)).  The
@@ -231,8 +232,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * Return: 0; -EINVAL for a NULL @out, an invalid @cfg field (more than 256
  * shards or 1024 workers, a tick under 1 us or over 1 s, a clock other than
  * CLOCK_MONOTONIC, CLOCK_BOOTTIME and KAIROS_CLOCK_MANUAL, ring_entries over
- * 4096, a reserved word that is not 0) or another
- * value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
+ * 4096, an unknown delivery, backend or flag, a reserved word that is not
+ * 0) or another value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
  * KAIROS_BACKEND_URING is forced and io_uring is refused (-EOPNOTSUPP when
  * it lacks IORING_OP_READ, before Linux 5.6); -EMFILE or -ENFILE
  * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
@@ -248,7 +249,8 @@ int kairos_create(const struct kairos_config *cfg, struct kairos **out);
  * started, and ends each timer still pending exactly once: dropped silently,
  * or its callback called once with status -ECANCELED on the calling thread.
  * After it returns, no callback of this service is running or will run.
- * Calls on a destroyed service (this one included) return -ESHUTDOWN, but
+ * Calls on a destroyed service (the drained callbacks' too, but their
+ * kairos_destroy(), which says -EDEADLK) return -ESHUTDOWN, but
  * kairos_stats(), which returns the final counters: a header of a few
  * hundred bytes stays allocated for that purpose, for the life of the
  * process.  A second, concurrent kairos_destroy() returns -ESHUTDOWN at once.
@@ -270,7 +272,8 @@ int kairos_destroy(struct kairos *k, int how);
  * Context: any thread, callbacks included.  Does not block, except that a
  * thread other than a shard's waits, at most 10 ms and outside any lock,
  * while the timer's shard is 65536 posts behind (busy threads outnumber the
- * CPUs); see kairos_arm(3).  A thread's first arm or cancel on a service
+ * CPUs), or the recycling thread is far behind on its records; see
+ * kairos_arm(3).  A thread's first arm or cancel on a service
  * (and its first after using another service) joins the service's list of
  * calling threads under a short per-service lock; see "Calling threads" in
  * kairos(3).  The service's first timer delivered to workers starts them
@@ -376,8 +379,9 @@ struct kairos_timer_opts {
  * KAIROS_PERIOD_FIXED_DELAY and KAIROS_PERIOD_SKIP, either of them with a
  * @o->period_ns of 0, a reserved word that is not 0, a NULL @fn without a
  * queue, a queue of another service or one destroyed, or a bad key (longer
- * than KAIROS_KEY_MAX, or a length without a key); -EEXIST for a key held
- * (without KAIROS_KEY_REPLACE).
+ * than KAIROS_KEY_MAX, a key of length 0, a length without a key, or
+ * KAIROS_KEY_REPLACE without a key); -EEXIST for a key held (without
+ * KAIROS_KEY_REPLACE; under max_timers, before -EAGAIN).
  */
 int kairos_arm_opts(struct kairos *k, uint64_t when_ns, const struct kairos_timer_opts *o,
 		    kairos_fn fn, void *arg, kairos_id *out);
@@ -408,7 +412,8 @@ int kairos_cancel(struct kairos *k, kairos_id id);
  *           kairos_cancel() result (0, -EBUSY, -ENOENT, or -EINVAL for an
  *           id of 0)
  *
- * Context: as kairos_cancel(); holds no lock.  The whole batch is one RCU
+ * Context: as kairos_cancel(); holds no lock but kairos_cancel()'s join (a
+ * thread's first call).  The whole batch is one RCU
  * read-side section, which holds back the recycling of ended records: split
  * batches of a million (tens of ms) into smaller ones.
  * Return: how many timers were cancelled (>= 0: those whose result is 0);
@@ -649,7 +654,8 @@ int kairos_key_reset(struct kairos *k, const void *key, size_t len, uint64_t del
  * kairos_key_cancel - kairos_cancel() of the timer that holds @key.  A
  * cancel that returns 0 releases the key.
  *
- * Context: any thread; does not block.
+ * Context: any thread; does not block, but for kairos_cancel()'s join (a
+ * thread's first call).
  * Return: as kairos_cancel(); -ENOENT also when no timer holds the key;
  * -EINVAL as kairos_key_reset().
  */
