@@ -27,6 +27,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 
+#include "clock.h"
 #include "internal.h"
 
 int backend_choose(struct kairos *k)
@@ -138,5 +139,13 @@ void backend_fallback(struct shard *s, int err)
 	 * then waits with poll() on the same two descriptors.
 	 */
 	backend_epoll_ops.init(s);
+	/*
+	 * The ring's reads of the timerfd and eventfd are cancelled by the
+	 * kernel after the ring is gone, not with it: until then (on some
+	 * kernels, from a worker thread) one may still consume an expiry or a
+	 * wake-up that epoll then never reports.  For a while, epoll's waits
+	 * are short, and one that times out passes as if both had fired.
+	 */
+	s->watch_until = clock_now_ns(CLOCK_MONOTONIC) + FALLBACK_WATCH_NS;
 	report(s, 1, &backend_epoll_ops, why);
 }

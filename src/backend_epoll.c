@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "fault.h"
+#include "clock.h"
 #include "internal.h"
 
 static int add(int epfd, int fd, uint32_t tag)
@@ -76,16 +77,36 @@ static int consume(struct shard *s, int bit)
 	return bit;
 }
 
+/*
+ * The timeout of a wait: none, but for a while after a move from io_uring
+ * (shard->watch_until, backend.c).
+ */
+static int wait_ms(struct shard *s)
+{
+	if (__builtin_expect(!s->watch_until, 1))
+		return -1;
+	if (clock_now_ns(CLOCK_MONOTONIC) >= s->watch_until) {
+		s->watch_until = 0;
+		return -1;
+	}
+	return FALLBACK_WATCH_POLL_MS;
+}
+
+/* A wait that timed out while watching: the pass re-arms the timerfd and takes its wake-ups. */
+#define WATCH_PASS	(BK_TIMER | BK_WAKE)
+
 static int poll_wait(struct shard *s)
 {
 	struct pollfd p[2] = { { .fd = s->tfd, .events = POLLIN }, { .fd = s->efd, .events = POLLIN } };
 	int n, ev = 0, rc;
 
 	do {
-		n = poll(p, 2, -1);
+		n = poll(p, 2, wait_ms(s));
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
+	if (n == 0)
+		return WATCH_PASS;
 	for (int i = 0; i < 2; i++) {
 		if (!p[i].revents)
 			continue;
@@ -105,10 +126,12 @@ static int epoll_wait_ev(struct shard *s)
 	if (s->epfd < 0)
 		return poll_wait(s);
 	do {
-		n = epoll_wait(s->epfd, evs, 2, -1);
+		n = epoll_wait(s->epfd, evs, 2, wait_ms(s));
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
+	if (n == 0)
+		return WATCH_PASS;
 	for (int i = 0; i < n; i++) {
 		rc = consume(s, (int)evs[i].data.u32);
 		if (rc < 0)

@@ -12,6 +12,7 @@
 _Atomic long fault_countdown;
 _Atomic int fault_uring;
 _Atomic int fault_uring_no_read;
+_Atomic int fault_kick_lost;
 _Atomic int fault_wait_fail;
 _Atomic int fault_wait_fails;
 _Atomic int fault_wait_how;

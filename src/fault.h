@@ -24,6 +24,12 @@ extern _Atomic int fault_uring __attribute__((visibility("hidden")));
 /* Non-zero: every io_uring ring is taken as lacking IORING_OP_READ (a kernel before 5.6). */
 extern _Atomic int fault_uring_no_read __attribute__((visibility("hidden")));
 /*
+ * Non-zero: the next eventfd write that wakes a shard is lost, as if a
+ * read of the ring the shard just left had consumed it (backend.c); the
+ * flag is cleared as it is used.
+ */
+extern _Atomic int fault_kick_lost __attribute__((visibility("hidden")));
+/*
  * fault_wait_fails above 0: the next that many io_uring refusals, in any
  * shard of the process, are made with errno fault_wait_fail (INT_MAX:
  * every one, until the test sets it to 0); the ring stops working at run

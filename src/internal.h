@@ -440,6 +440,8 @@ extern const struct backend_ops backend_epoll_ops KAIROS_HIDDEN;
 int backend_choose(struct kairos *k);
 int backend_start(struct shard *s);
 void backend_fallback(struct shard *s, int err);
+#define FALLBACK_WATCH_NS	(1000ull * 1000 * 1000)
+#define FALLBACK_WATCH_POLL_MS	10
 
 /* ---- queues (queue.c) ------------------------------------------------------
  * A queue is a destination for expiries that the user's own threads drain.
@@ -672,6 +674,14 @@ struct shard {
 	/* tfd is -1 on a manual-clock service, which has no timerfd. */
 	uint64_t now_ns;		/* cached per loop pass */
 	int tfd, efd, epfd;
+	/*
+	 * After a move from io_uring to epoll, until this CLOCK_MONOTONIC
+	 * time (0: not moved, or past): the old ring's reads may still
+	 * consume a count of the timerfd or eventfd, so epoll waits at most
+	 * FALLBACK_WATCH_POLL_MS at a time and a wait that times out passes
+	 * as if both had fired (backend_epoll.c).
+	 */
+	uint64_t watch_until;
 	const struct backend_ops *ops;
 	void *backend;			/* the io_uring backend's own state */
 	struct rec *deferred;		/* due records a resetter or post holds */

@@ -159,6 +159,11 @@ static void shard_kick(struct shard *s)
 {
 	uint64_t one = 1;
 
+	/* A test has this write consumed by someone else (fault.h). */
+	if (__builtin_expect(atomic_load_explicit(&fault_kick_lost, memory_order_relaxed), 0) &&
+	    atomic_exchange_explicit(&fault_kick_lost, 0, memory_order_relaxed))
+		return;
+
 	if (write(s->efd, &one, sizeof(one)) != sizeof(one) && errno != EAGAIN)
 		kairos_die_err("eventfd write", errno);
 }

@@ -228,6 +228,39 @@ END_TEST
  * refusal, and were taken as reads of nothing: the shard slept past the
  * expiry it lost).
  */
+/*
+ * After the move to epoll, the ring's reads may still take a count of the
+ * eventfd (the kernel cancels them after the ring is gone): a wake-up so
+ * taken (fault_kick_lost) leaves the shard's flag saying "written" and
+ * epoll with nothing to report.  For a second after the move the shard
+ * waits 10 ms at a time, so a timer armed then still runs (before: never,
+ * the shard asleep with no timerfd armed and posters writing nothing).
+ */
+START_TEST(test_uring_wake_lost_after_move)
+{
+	struct kairos_config c = t_uring_cfg(1);
+	struct kairos *k = t_create(&c);
+	struct t_timer tm[2] = { 0 };
+
+	atomic_store(&fault_wait_fail, EPERM);
+	atomic_store(&fault_wait_how, 0);
+	atomic_store(&fault_wait_fails, 1);
+	/* One due at once wakes the shard; its next wait is refused. */
+	ck_assert_int_eq(t_arm(k, &tt, &tm[0], 0), 0);
+	(void)t_backend_becomes(k, "epoll");
+	atomic_store(&fault_wait_fails, 0);
+	ck_assert_int_eq(t_wait_u64(&tt.fired, 1, T_WAIT_MS), 1);
+	atomic_store(&fault_kick_lost, 1);
+	ck_assert_int_eq(t_arm(k, &tt, &tm[1], 5 * T_MS), 0);
+	ck_assert_msg(t_wait_u64(&tt.fired, 2, T_WAIT_MS) == 2,
+		      "the timer armed with its wake-up lost never ran");
+	ck_assert_int_eq(atomic_load(&fault_kick_lost), 0);
+	t_check_calls(&tt, T_LATE);
+	t_check_identity(k, &tt);
+	t_destroy(k, KAIROS_DRAIN_DROP, 0);
+}
+END_TEST
+
 START_TEST(test_uring_refused_for_a_moment)
 {
 	enum { N = 400, REFUSED = 20 };
@@ -405,6 +438,7 @@ int main(void)
 	tcase_add_test(tc, test_uring_never_early);
 	tcase_add_loop_test(tc, test_uring_stops_working_at_run_time, 0, 2);
 	tcase_add_loop_test(tc, test_uring_refused_for_a_moment, 0, 6);
+	tcase_add_test(tc, test_uring_wake_lost_after_move);
 	tcase_add_test(tc, test_uring_idle_no_wakeups);
 	tcase_add_loop_test(tc, test_uring_tiny_ring_burst, 0,
 			    (int)(sizeof(t_ring_sizes) / sizeof(t_ring_sizes[0])));
