@@ -413,6 +413,7 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
 	rcu_tsan_grace_done(k);
+	rcu_tsan_calls_done();
 	/* No call can use a thread's state now: fold the counts, drop the records. */
 	ts_detach_all(k);
 	drained = teardown(k, how);
@@ -426,6 +427,10 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	service_event(k);
 	return drained > INT32_MAX ? INT32_MAX : (int)drained;
 }
+
+#ifdef __SANITIZE_THREAD__
+char rcu_tsan_calls;	/* rcu.h: what every call's section releases, for destroy */
+#endif
 
 /*
  * Enters a call: 0 inside a read-side section, or -ESHUTDOWN outside one.
@@ -443,6 +448,7 @@ __attribute__((always_inline)) inline int service_enter(struct kairos *k)
 
 __attribute__((always_inline)) inline void service_leave(void)
 {
+	rcu_tsan_call_end();
 	rcu_read_unlock();
 }
 

@@ -31,6 +31,12 @@
  *    after tsan_key_grace_done(k) (key.c, table.c), on an address of
  *    their own, so that nothing else of theirs looks ordered before the
  *    reclaimer.
+ *  - Any call's section: destroy's grace period also orders everything a
+ *    call did (an eventfd write, say) before destroy's teardown (closing
+ *    that fd), where the calling thread was never joined.  Each call's
+ *    section ends with rcu_tsan_call_end() (service_leave()), and destroy
+ *    says rcu_tsan_calls_done() past its grace period; the bulletproof
+ *    flavour's grace periods are the process's, and so is this address.
  *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
  *    cds_lfht_replace() (full barriers) publish a node's contents to the
  *    lookups that find it; tsan_published(node) and tsan_found(node) say
@@ -43,6 +49,9 @@ void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 #define rcu_tsan_section_end(k)	__tsan_release(&(k)->dead)
 #define rcu_tsan_grace_done(k)	__tsan_acquire(&(k)->dead)
+extern char rcu_tsan_calls __attribute__((visibility("hidden")));
+#define rcu_tsan_call_end()	__tsan_release(&rcu_tsan_calls)
+#define rcu_tsan_calls_done()	__tsan_acquire(&rcu_tsan_calls)
 #define tsan_published(p)	__tsan_release(p)
 #define tsan_found(p)		__tsan_acquire(p)
 #define tsan_key_reads_done(k)	__tsan_release(&(k)->key_reads)
@@ -50,6 +59,8 @@ void __tsan_release(void *addr);
 #else
 #define rcu_tsan_section_end(k)	((void)(k))
 #define rcu_tsan_grace_done(k)	((void)(k))
+#define rcu_tsan_call_end()	((void)0)
+#define rcu_tsan_calls_done()	((void)0)
 #define tsan_published(p)	((void)(p))
 #define tsan_found(p)		((void)(p))
 #define tsan_key_reads_done(k)	((void)(k))

@@ -35,7 +35,7 @@ static void on_fire(void *arg, kairos_id id, int status)
 struct use {
 	__typeof__(&kairos_arm) arm;
 	struct kairos *k;
-	int rc;
+	atomic_int rc;	/* the arm's, read before the thread is joined */
 };
 
 /* Arms one timer (this thread's state joins the service), then waits to be let go. */
@@ -44,7 +44,7 @@ static void *arming_thread(void *arg)
 	struct timespec pause = { 0, 1000000 };
 	struct use *u = arg;
 
-	u->rc = u->arm(u->k, 1000000, on_fire, NULL, NULL);
+	atomic_store(&u->rc, u->arm(u->k, 1000000, on_fire, NULL, NULL));
 	while (!atomic_load(&leave))
 		nanosleep(&pause, NULL);
 	return NULL;
@@ -84,8 +84,8 @@ static void *load_and_use(const char *path, pthread_t *th, struct use *u)
 	for (int i = 0; i < 10000 && !atomic_load(&fired); i++)
 		nanosleep(&pause, NULL);
 	rc = destroy(u->k, KAIROS_DRAIN_DROP);
-	if (u->rc != 0 || rc != 0 || atomic_load(&fired) != 1) {
-		fprintf(stderr, "kairos_arm: %d, fired %d times, kairos_destroy: %d\n", u->rc,
+	if (atomic_load(&u->rc) != 0 || rc != 0 || atomic_load(&fired) != 1) {
+		fprintf(stderr, "kairos_arm: %d, fired %d times, kairos_destroy: %d\n", atomic_load(&u->rc),
 			atomic_load(&fired), rc);
 		return NULL;
 	}
