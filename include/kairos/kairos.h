@@ -16,7 +16,8 @@
  * shard thread itself with KAIROS_DELIVER_INLINE).
  *
  * Every function returns 0 (or a count) on success and a negative errno on
- * failure; none sets errno.  A call that fails never runs its callback.  A
+ * failure; none reports through errno (a call's own system calls may leave
+ * it changed).  A call that fails never runs its callback.  A
  * timer that was accepted ends exactly once: its callback runs (one-shot),
  * it is cancelled, or it is drained by kairos_destroy().
  */
