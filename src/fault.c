@@ -26,6 +26,8 @@ _Atomic int fault_pass_hold;
 _Atomic int fault_pass_held;
 _Atomic int fault_wake_hold;
 _Atomic int fault_wake_held;
+_Atomic int fault_kicked_hold;
+_Atomic int fault_kicked_held;
 _Atomic int fault_membarrier;
 _Atomic long fault_suspend_ticks;
 _Atomic long fault_suspend_ns;

@@ -79,7 +79,9 @@ int fault_post_refuse(void) __attribute__((visibility("hidden")));
  *    kairos.c), between making it QUEUED and posting it;
  *  - fault_pass_hold: a shard pass at its start, sleep_tick 0 (shard.c);
  *  - fault_wake_hold: a poster that won a sleeping shard's wake-up flag,
- *    before its eventfd write (shard_wake(), shard.c).
+ *    before its eventfd write (shard_wake(), shard.c);
+ *  - fault_kicked_hold: the same poster after that write, before it marks
+ *    the write made.
  */
 extern _Atomic int fault_take_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_take_held __attribute__((visibility("hidden")));
@@ -89,6 +91,8 @@ extern _Atomic int fault_pass_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_pass_held __attribute__((visibility("hidden")));
 extern _Atomic int fault_wake_hold __attribute__((visibility("hidden")));
 extern _Atomic int fault_wake_held __attribute__((visibility("hidden")));
+extern _Atomic int fault_kicked_hold __attribute__((visibility("hidden")));
+extern _Atomic int fault_kicked_held __attribute__((visibility("hidden")));
 void fault_hold(_Atomic int *hold, _Atomic int *held) __attribute__((visibility("hidden")));
 /*
  * Non-zero before a process's first service: membarrier() is taken as

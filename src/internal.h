@@ -586,11 +586,15 @@ struct shard_stats {
 #define ARRIVAL_DIR		256u
 
 /*
- * A shard's wake_pending: no wake-up under way; a poster won the flag and
- * is on its way to the eventfd write; the write is made (later posters of
- * this sleep need not write).
+ * A shard's wake_pending, in its low bits: no wake-up under way; a poster
+ * won the flag and is on its way to the eventfd write; the write is made
+ * (later posters of this sleep need not write).  Above them, the count of
+ * the shard's clears (WAKE_EPOCH each): a winner that stalled past a clear
+ * cannot mark a later winner's write as made (wake_kicked(), shard.c).
  */
 enum shard_wake { WAKE_NONE, WAKE_KICKING, WAKE_KICKED };
+#define WAKE_STATE	3u
+#define WAKE_EPOCH	4u
 
 struct shard {
 	/* Written by every poster: its own cache lines. */
@@ -620,7 +624,7 @@ struct shard {
 	 * no post waits longer than that for the shard to take it.
 	 */
 	_Atomic uint64_t sleep_tick __attribute__((aligned(CACHELINE)));
-	_Atomic int wake_pending;	/* enum shard_wake, cleared by the shard as it wakes */
+	_Atomic uint32_t wake_pending;	/* enum shard_wake and epoch, cleared by the shard */
 	/*
 	 * A manual-clock service only: the time the last pass expired at,
 	 * published before the shard sleeps; kairos_clock_advance() reads it

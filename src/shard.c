@@ -169,15 +169,28 @@ static void shard_kick(struct shard *s)
 }
 
 /*
- * After a write: KICKING -> KICKED, unless the shard has cleared the flag
- * meanwhile (it woke), which a store would undo, silencing the next poster.
+ * After the write of the winner of @won (its epoch, KICKING): KICKED, unless
+ * the shard has cleared the flag since (it woke: a new epoch), when the
+ * flag may be another winner's, whose write is still to come.
  */
-static void wake_kicked(struct shard *s)
+static void wake_kicked(struct shard *s, uint32_t won)
 {
-	int w = WAKE_KICKING;
+	uint32_t w = won;
 
-	atomic_compare_exchange_strong_explicit(&s->wake_pending, &w, WAKE_KICKED,
+	atomic_compare_exchange_strong_explicit(&s->wake_pending, &w,
+						(won & ~WAKE_STATE) | WAKE_KICKED,
 						memory_order_release, memory_order_relaxed);
+}
+
+/* The shard, awake: NONE, in a new epoch. */
+static void wake_clear(struct shard *s)
+{
+	uint32_t w = atomic_load_explicit(&s->wake_pending, memory_order_relaxed);
+
+	while (!atomic_compare_exchange_weak_explicit(&s->wake_pending, &w,
+						      (w & ~WAKE_STATE) + WAKE_EPOCH,
+						      memory_order_release, memory_order_relaxed))
+		;
 }
 
 /*
@@ -187,13 +200,12 @@ static void wake_kicked(struct shard *s)
  * which the shard stores after clearing wake_pending, so a poster that
  * reads the one reads the other's clear; an advance reads neither.  Were
  * it to trust a stale wake_pending, the shard could clear it and read the
- * old time, and both sleep.)
+ * old time, and both sleep.)  The flag is left alone: other posters may
+ * write too.
  */
 void shard_wake_always(struct shard *s)
 {
-	atomic_store_explicit(&s->wake_pending, WAKE_KICKING, memory_order_relaxed);
 	shard_kick(s);
-	wake_kicked(s);
 }
 
 void shard_wake(struct shard *s)
@@ -206,21 +218,24 @@ void shard_wake(struct shard *s)
 	 * perhaps), each poster writes too (the writes merge), rather than
 	 * leave an earlier deadline to that thread's return.
 	 */
-	int w = atomic_load_explicit(&s->wake_pending, memory_order_relaxed);
+	uint32_t w = atomic_load_explicit(&s->wake_pending, memory_order_relaxed);
 
-	if (w == WAKE_KICKED)
+	if ((w & WAKE_STATE) == WAKE_KICKED)
 		return;
-	if (w == WAKE_NONE &&
-	    atomic_compare_exchange_strong_explicit(&s->wake_pending, &w, WAKE_KICKING,
+	if ((w & WAKE_STATE) == WAKE_NONE &&
+	    atomic_compare_exchange_strong_explicit(&s->wake_pending, &w, w | WAKE_KICKING,
 						    memory_order_acq_rel, memory_order_relaxed)) {
 		/* A test holds the winner here, before its write (fault.h). */
 		if (__builtin_expect(atomic_load_explicit(&fault_wake_hold, memory_order_relaxed), 0))
 			fault_hold(&fault_wake_hold, &fault_wake_held);
 		shard_kick(s);
-		wake_kicked(s);
+		/* And here, after it (fault.h). */
+		if (__builtin_expect(atomic_load_explicit(&fault_kicked_hold, memory_order_relaxed), 0))
+			fault_hold(&fault_kicked_hold, &fault_kicked_held);
+		wake_kicked(s, w | WAKE_KICKING);
 		return;
 	}
-	if (w != WAKE_KICKED)
+	if ((w & WAKE_STATE) != WAKE_KICKED)
 		shard_kick(s);
 }
 
@@ -923,7 +938,7 @@ static void *shard_main(void *arg)
 		if (ev < 0) {
 			/* The ring stopped working: move to epoll, then look again. */
 			backend_fallback(s, ev);
-			atomic_store_explicit(&s->wake_pending, WAKE_NONE, memory_order_release);
+			wake_clear(s);
 			s->timer_tick = UINT64_MAX;	/* re-arm whatever is next */
 			continue;
 		}
@@ -931,7 +946,7 @@ static void *shard_main(void *arg)
 		if (ev & BK_TIMER)
 			s->timer_tick = UINT64_MAX;	/* a one-shot timerfd disarms itself */
 		if (ev & BK_WAKE)
-			atomic_store_explicit(&s->wake_pending, WAKE_NONE, memory_order_release);
+			wake_clear(s);
 	}
 	/* Ring queue posts first: a periodic one that completes posts itself again. */
 	if (s->ops->settle)

@@ -15,7 +15,7 @@
 
 #include "t_util.h"
 #include "internal.h"	/* a shard's sleep_tick */
-#include "../src/fault.h"	/* fault_reset_hold, fault_pass_hold, fault_wake_hold */
+#include "../src/fault.h"	/* fault_reset_hold, fault_pass_hold, fault_wake_hold, fault_kicked_hold */
 
 /* ------------------------------------------------------------------ */
 /* Reset                                                               */
@@ -550,7 +550,8 @@ START_TEST(test_reset_earlier_while_post_on_its_way)
 	atomic_store(&fault_reset_hold, 0);
 	ck_assert_int_eq(pthread_join(th, NULL), 0);
 	ck_assert_int_eq(kairos_stats(k, &st), 0);
-	ck_assert_msg(atomic_load(&s->wake_pending) || st.wakeups > wakeups,
+	ck_assert_msg((atomic_load(&s->wake_pending) & WAKE_STATE) != WAKE_NONE ||
+		      st.wakeups > wakeups,
 		      "the post of a timer reset earlier meanwhile woke nobody");
 	ck_assert_int_eq(rr.rc, 0);
 	for (int i = 0; i < 4000 && !atomic_load(&race_started); i++)
@@ -613,6 +614,79 @@ START_TEST(test_reset_earlier_while_a_wake_is_held)
 }
 END_TEST
 
+/*
+ * A poster that won the flag and wrote, but stalled before marking its
+ * write made, cannot mark a later winner's write as made: A resets W
+ * earlier, writes, and is held (fault_kicked_hold); the shard wakes, clears
+ * the flag and sleeps again; B resets V earlier, wins the flag and is held
+ * before its write (fault_wake_hold); A goes on.  Then X reset to 5 ms must
+ * run without waiting for B (before the flag's epoch: A's mark found B's
+ * "on its way" and made it "written", and X waited for B's hold to end or
+ * V's 900 ms).
+ */
+START_TEST(test_reset_earlier_after_a_stale_mark)
+{
+	struct kairos_config c = t_cfg(1, 1);
+	struct race_reset ra = { 0 }, rb = { 0 };
+	uint64_t before, started;
+	struct kairos *k;
+	struct shard *s;
+	pthread_t ta, tb;
+	kairos_id x;
+	bool settled = false;
+
+	k = t_create(&c);
+	s = k->shards[0];
+	ra.k = rb.k = k;
+	atomic_store(&race_started, 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_quiet, NULL, &ra.id), 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_quiet, NULL, &rb.id), 0);
+	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_started, NULL, &x), 0);
+	t_sleep_ms(100);
+	atomic_store(&fault_kicked_held, 0);
+	atomic_store(&fault_kicked_hold, 1);
+	ra.to = T_SEC;
+	ck_assert_int_eq(pthread_create(&ta, NULL, race_reset_main, &ra), 0);
+	ck_assert_int_eq(t_wait_int(&fault_kicked_held, 1, 1000), 1);
+	/*
+	 * A's write woke the shard: it cleared the flag and sleeps again, after
+	 * the short sleeps that follow a post (SHARD_FLUSH_NS), until W's 1 s.
+	 */
+	for (int i = 0; i < 1000 && !settled; i++) {
+		t_sleep_ms(1);
+		if ((atomic_load(&s->wake_pending) & WAKE_STATE) != WAKE_NONE)
+			continue;
+		t_sleep_ms(100);
+		settled = atomic_load(&s->sleep_tick) &&
+			  (atomic_load(&s->wake_pending) & WAKE_STATE) == WAKE_NONE;
+	}
+	ck_assert_msg(settled, "the shard did not sleep again after A's write");
+	atomic_store(&fault_wake_held, 0);
+	atomic_store(&fault_wake_hold, 1);
+	rb.to = 900 * T_MS;
+	ck_assert_int_eq(pthread_create(&tb, NULL, race_reset_main, &rb), 0);
+	ck_assert_int_eq(t_wait_int(&fault_wake_held, 1, 1000), 1);
+	ck_assert_uint_eq(atomic_load(&s->wake_pending) & WAKE_STATE, WAKE_KICKING);
+	atomic_store(&fault_kicked_hold, 0);
+	ck_assert_int_eq(pthread_join(ta, NULL), 0);
+	before = t_mono();
+	ck_assert_int_eq(kairos_reset(k, x, 5 * T_MS), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&race_started); i++)
+		t_sleep_ms(1);
+	started = atomic_load(&race_started);
+	atomic_store(&fault_wake_hold, 0);
+	ck_assert_int_eq(pthread_join(tb, NULL), 0);
+	ck_assert_int_eq(ra.rc, 0);
+	ck_assert_int_eq(rb.rc, 0);
+	ck_assert_msg(started, "X had not run 1 s after its reset to 5 ms, B's wake-up held");
+	ck_assert_uint_ge(started, before + 5 * T_MS);
+	/* B's hold ends by itself 2 s after it began (fault_hold()). */
+	ck_assert_msg(started - before < 400 * T_MS, "X started %.1f ms after its reset to 5 ms",
+		      (double)(started - before) / 1e6);
+	t_destroy(k, KAIROS_DRAIN_DROP, 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("reset");
@@ -632,6 +706,7 @@ int main(void)
 	tcase_add_test(tc, test_reset_n_errors);
 	tcase_add_test(tc, test_reset_earlier_while_post_on_its_way);
 	tcase_add_test(tc, test_reset_earlier_while_a_wake_is_held);
+	tcase_add_test(tc, test_reset_earlier_after_a_stale_mark);
 	suite_add_tcase(s, tc);
 	return t_main(s, "reset");
 }
