@@ -567,6 +567,44 @@ START_TEST(test_reset_earlier_while_post_on_its_way)
 }
 END_TEST
 
+/* Starts @r's reset to @to in a thread, and waits until it is held at @hold. */
+static pthread_t held_reset(struct race_reset *r, uint64_t to, _Atomic int *hold,
+			    _Atomic int *held)
+{
+	pthread_t th;
+
+	atomic_store(held, 0);
+	atomic_store(hold, 1);
+	r->to = to;
+	ck_assert_int_eq(pthread_create(&th, NULL, race_reset_main, r), 0);
+	ck_assert_int_eq(t_wait_int(held, 1, 1000), 1);
+	return th;
+}
+
+/*
+ * Resets @x (its callback cb_started) to 5 ms while a reset is held at
+ * @hold in thread @th, then lets that one go; @x must have run within
+ * @bound, never early.  The hold ends by itself 2 s after it began
+ * (fault_hold()).
+ */
+static void x_runs_while_held(struct kairos *k, kairos_id x, _Atomic int *hold, pthread_t th,
+			      struct race_reset *r, uint64_t bound)
+{
+	uint64_t before = t_mono(), started;
+
+	ck_assert_int_eq(kairos_reset(k, x, 5 * T_MS), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&race_started); i++)
+		t_sleep_ms(1);
+	started = atomic_load(&race_started);
+	atomic_store(hold, 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(r->rc, 0);
+	ck_assert_msg(started, "X had not run 1 s after its reset to 5 ms, a wake-up held");
+	ck_assert_uint_ge(started, before + 5 * T_MS);
+	ck_assert_msg(started - before < bound, "X started %.1f ms after its reset to 5 ms",
+		      (double)(started - before) / 1e6);
+}
+
 /*
  * A poster that won a sleeping shard's wake-up and stalls before its
  * eventfd write (held there: fault_wake_hold) does not hold back another
@@ -579,7 +617,6 @@ START_TEST(test_reset_earlier_while_a_wake_is_held)
 {
 	struct kairos_config c = t_cfg(1, 1);
 	struct race_reset rr = { 0 };
-	uint64_t before, started;
 	struct kairos *k;
 	kairos_id x;
 	pthread_t th;
@@ -591,24 +628,8 @@ START_TEST(test_reset_earlier_while_a_wake_is_held)
 	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_started, NULL, &x), 0);
 	/* The arms' passes are over: the shard sleeps until 3 s. */
 	t_sleep_ms(100);
-	atomic_store(&fault_wake_held, 0);
-	atomic_store(&fault_wake_hold, 1);
-	rr.to = T_SEC;
-	ck_assert_int_eq(pthread_create(&th, NULL, race_reset_main, &rr), 0);
-	ck_assert_int_eq(t_wait_int(&fault_wake_held, 1, 1000), 1);
-	before = t_mono();
-	ck_assert_int_eq(kairos_reset(k, x, 5 * T_MS), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&race_started); i++)
-		t_sleep_ms(1);
-	started = atomic_load(&race_started);
-	atomic_store(&fault_wake_hold, 0);
-	ck_assert_int_eq(pthread_join(th, NULL), 0);
-	ck_assert_int_eq(rr.rc, 0);
-	ck_assert_msg(started, "X had not run 1 s after its reset to 5 ms, the wake-up held");
-	ck_assert_uint_ge(started, before + 5 * T_MS);
-	/* The hold ends by itself 2 s after it began (fault_hold()). */
-	ck_assert_msg(started - before < 500 * T_MS, "X started %.1f ms after its reset to 5 ms",
-		      (double)(started - before) / 1e6);
+	th = held_reset(&rr, T_SEC, &fault_wake_hold, &fault_wake_held);
+	x_runs_while_held(k, x, &fault_wake_hold, th, &rr, 500 * T_MS);
 	ck_assert_int_eq(kairos_cancel(k, rr.id), 0);
 	t_destroy(k, KAIROS_DRAIN_DROP, 0);
 }
@@ -628,7 +649,6 @@ START_TEST(test_reset_earlier_after_a_stale_mark)
 {
 	struct kairos_config c = t_cfg(1, 1);
 	struct race_reset ra = { 0 }, rb = { 0 };
-	uint64_t before, started;
 	struct kairos *k;
 	struct shard *s;
 	pthread_t ta, tb;
@@ -643,11 +663,7 @@ START_TEST(test_reset_earlier_after_a_stale_mark)
 	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_quiet, NULL, &rb.id), 0);
 	ck_assert_int_eq(kairos_arm(k, 3 * T_SEC, cb_started, NULL, &x), 0);
 	t_sleep_ms(100);
-	atomic_store(&fault_kicked_held, 0);
-	atomic_store(&fault_kicked_hold, 1);
-	ra.to = T_SEC;
-	ck_assert_int_eq(pthread_create(&ta, NULL, race_reset_main, &ra), 0);
-	ck_assert_int_eq(t_wait_int(&fault_kicked_held, 1, 1000), 1);
+	ta = held_reset(&ra, T_SEC, &fault_kicked_hold, &fault_kicked_held);
 	/*
 	 * A's write woke the shard: it cleared the flag and sleeps again, after
 	 * the short sleeps that follow a post (SHARD_FLUSH_NS), until W's 1 s.
@@ -661,28 +677,12 @@ START_TEST(test_reset_earlier_after_a_stale_mark)
 			  (atomic_load(&s->wake_pending) & WAKE_STATE) == WAKE_NONE;
 	}
 	ck_assert_msg(settled, "the shard did not sleep again after A's write");
-	atomic_store(&fault_wake_held, 0);
-	atomic_store(&fault_wake_hold, 1);
-	rb.to = 900 * T_MS;
-	ck_assert_int_eq(pthread_create(&tb, NULL, race_reset_main, &rb), 0);
-	ck_assert_int_eq(t_wait_int(&fault_wake_held, 1, 1000), 1);
+	tb = held_reset(&rb, 900 * T_MS, &fault_wake_hold, &fault_wake_held);
 	ck_assert_uint_eq(atomic_load(&s->wake_pending) & WAKE_STATE, WAKE_KICKING);
 	atomic_store(&fault_kicked_hold, 0);
 	ck_assert_int_eq(pthread_join(ta, NULL), 0);
-	before = t_mono();
-	ck_assert_int_eq(kairos_reset(k, x, 5 * T_MS), 0);
-	for (int i = 0; i < 1000 && !atomic_load(&race_started); i++)
-		t_sleep_ms(1);
-	started = atomic_load(&race_started);
-	atomic_store(&fault_wake_hold, 0);
-	ck_assert_int_eq(pthread_join(tb, NULL), 0);
 	ck_assert_int_eq(ra.rc, 0);
-	ck_assert_int_eq(rb.rc, 0);
-	ck_assert_msg(started, "X had not run 1 s after its reset to 5 ms, B's wake-up held");
-	ck_assert_uint_ge(started, before + 5 * T_MS);
-	/* B's hold ends by itself 2 s after it began (fault_hold()). */
-	ck_assert_msg(started - before < 400 * T_MS, "X started %.1f ms after its reset to 5 ms",
-		      (double)(started - before) / 1e6);
+	x_runs_while_held(k, x, &fault_wake_hold, tb, &rb, 400 * T_MS);
 	t_destroy(k, KAIROS_DRAIN_DROP, 2);
 }
 END_TEST
