@@ -12,11 +12,15 @@
  *    refuses it: ENOSYS (no io_uring), EPERM or EACCES (seccomp,
  *    kernel.io_uring_disabled), or ENOMEM while RLIMIT_MEMLOCK is finite
  *    (kernels that charge rings to that limit refuse them to unprivileged
- *    users long before memory runs out).  Other failures fail the create.
+ *    users long before memory runs out), or a ring without IORING_OP_READ
+ *    or that refuses its probe (EOPNOTSUPP from uring_init(): before Linux
+ *    5.6).  Other failures fail the create.
  *  - A forced io_uring fails the create rather than fall back.
  *  - A ring that stops working after create (a sandbox installed later,
  *    io_uring_enter() refused) moves its shard to epoll at run time,
- *    whatever was asked for: the shard must keep firing what it holds.
+ *    whatever was asked for: the shard must keep firing what it holds; for a
+ *    second after, its waits are short (the old ring's reads are cancelled
+ *    by the kernel later, and may take a count meanwhile).
  * Every choice is reported with a sentence that kairos_backend_info() gives
  * back, and that stays readable until kairos_destroy().
  */

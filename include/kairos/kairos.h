@@ -220,7 +220,8 @@ void kairos_config_default(struct kairos_config *cfg);
  * shard uses io_uring when the kernel allows it and epoll + timerfd when
  * io_uring is refused (ENOSYS, EPERM or EACCES: an old kernel, a seccomp
  * profile, kernel.io_uring_disabled; or ENOMEM under a finite
- * RLIMIT_MEMLOCK), or lacks IORING_OP_READ (before Linux 5.6); any other
+ * RLIMIT_MEMLOCK), or lacks IORING_OP_READ or refuses its probe (before
+ * Linux 5.6); any other
  * io_uring failure fails the create.  A ring that
  * stops working later moves its shard to epoll at run time (a refusal for
  * want of memory or completion space is tried again for a second at the
@@ -236,7 +237,7 @@ void kairos_config_default(struct kairos_config *cfg);
  * 4096, an unknown delivery, backend or flag, a reserved word that is not
  * 0) or another value of $KAIROS_BACKEND; -ENOMEM; -ENOSYS, -EPERM or -EACCES when
  * KAIROS_BACKEND_URING is forced and io_uring is refused (-EOPNOTSUPP when
- * it lacks IORING_OP_READ, before Linux 5.6); -EMFILE or -ENFILE
+ * it lacks IORING_OP_READ or refuses its probe); -EMFILE or -ENFILE
  * with no fd left; -EAGAIN when a thread cannot start; another -errno from a
  * failing system call (timerfd, eventfd, epoll, io_uring).
  */
