@@ -100,7 +100,6 @@ static int clock_settle(struct kairos *k)
 		now = atomic_load_explicit(&k->manual_now, memory_order_seq_cst);
 		for (unsigned i = 0; i < k->nshards && settled; i++)
 			settled = shard_settled(k->shards[i], now);
-		rcu_tsan_section_end(k);
 		service_leave();
 		if (!settled)
 			futex_wait32(&k->ev_seq, seq);
@@ -148,7 +147,6 @@ KAIROS_EXPORT int kairos_clock_advance(struct kairos *k, uint64_t ns)
 	/* An advance that waits (an enclosing one, from a callback) looks again. */
 	service_event(k);
 out:
-	rcu_tsan_section_end(k);
 	service_leave();
 	/*
 	 * From a callback of @k the wait could be for this very callback (its

@@ -412,7 +412,6 @@ KAIROS_EXPORT int kairos_destroy(struct kairos *k, int how)
 	service_event(k);
 	/* Every call that saw the service alive has finished after this. */
 	synchronize_rcu();
-	rcu_tsan_grace_done(k);
 	rcu_tsan_calls_done();
 	/* No call can use a thread's state now: fold the counts, drop the records. */
 	ts_detach_all(k);

@@ -21,22 +21,18 @@
 /*
  * What TSan cannot see of liburcu, said explicitly in TSan builds (other
  * builds compile these away):
- *  - Grace periods: a thread that reads a service's shards inside a
- *    read-side section and then sleeps outside it is ordered before
- *    kairos_destroy()'s frees only by synchronize_rcu().  Such a section
- *    ends with rcu_tsan_section_end(k), and destroy, past its grace
- *    period, says rcu_tsan_grace_done(k).  The key table's lookups and
- *    inserts read nodes that the reclaimer frees past its own grace
- *    period: they end with tsan_key_reads_done(k), and the frees come
- *    after tsan_key_grace_done(k) (key.c, table.c), on an address of
- *    their own, so that nothing else of theirs looks ordered before the
- *    reclaimer.
- *  - Any call's section: destroy's grace period also orders everything a
- *    call did (an eventfd write, say) before destroy's teardown (closing
- *    that fd), where the calling thread was never joined.  Each call's
- *    section ends with rcu_tsan_call_end() (service_leave()), and destroy
- *    says rcu_tsan_calls_done() past its grace period; the bulletproof
+ *  - Grace periods: everything a call did inside its read-side section
+ *    (read a service's shards, write an eventfd) is ordered before
+ *    kairos_destroy()'s teardown (frees, closes) only by synchronize_rcu(),
+ *    where the calling thread was never joined.  Each call's section ends
+ *    with rcu_tsan_call_end() (service_leave()), and destroy says
+ *    rcu_tsan_calls_done() past its grace period; the bulletproof
  *    flavour's grace periods are the process's, and so is this address.
+ *    The key table's lookups and inserts read nodes that the reclaimer
+ *    frees past its own grace period: they end with
+ *    tsan_key_reads_done(k), and the frees come after
+ *    tsan_key_grace_done(k) (key.c, table.c), on an address of their own,
+ *    so that nothing else of theirs looks ordered before the reclaimer.
  *  - liburcu-cds is not built with TSan: cds_lfht_add_unique() and
  *    cds_lfht_replace() (full barriers) publish a node's contents to the
  *    lookups that find it; tsan_published(node) and tsan_found(node) say
@@ -47,8 +43,6 @@
 #ifdef __SANITIZE_THREAD__
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
-#define rcu_tsan_section_end(k)	__tsan_release(&(k)->dead)
-#define rcu_tsan_grace_done(k)	__tsan_acquire(&(k)->dead)
 extern char rcu_tsan_calls __attribute__((visibility("hidden")));
 #define rcu_tsan_call_end()	__tsan_release(&rcu_tsan_calls)
 #define rcu_tsan_calls_done()	__tsan_acquire(&rcu_tsan_calls)
@@ -57,8 +51,6 @@ extern char rcu_tsan_calls __attribute__((visibility("hidden")));
 #define tsan_key_reads_done(k)	__tsan_release(&(k)->key_reads)
 #define tsan_key_grace_done(k)	__tsan_acquire(&(k)->key_reads)
 #else
-#define rcu_tsan_section_end(k)	((void)(k))
-#define rcu_tsan_grace_done(k)	((void)(k))
 #define rcu_tsan_call_end()	((void)0)
 #define rcu_tsan_calls_done()	((void)0)
 #define tsan_published(p)	((void)(p))
