@@ -278,11 +278,9 @@ static inline __attribute__((always_inline)) void inbox_one(struct shard *s, str
 		 * A RESETTING record is mid-store; the resetter posts again if
 		 * it moves the deadline earlier, and the wheel re-checks the
 		 * deadline before anything fires, so filing it now is safe.
-		 */
-		/*
-		 * A periodic timer reset: its period restarts from the exact
-		 * deadline.  (A RESETTING record's resetter may be storing a
-		 * newer one; it posts again, REBASE, and this is read anew.)
+		 * A periodic timer reset (REBASE) restarts its period from the
+		 * exact deadline; a resetter storing a newer one meanwhile posts
+		 * again, REBASE, and it is read anew.
 		 */
 		if (old & ST_REBASE) {
 			struct rec_ext *p = table_ext(s, table_index(s, r));

@@ -218,17 +218,6 @@ START_TEST(test_uring_stops_working_at_run_time)
 END_TEST
 
 /*
- * The ring refuses some waits for want of memory or of completion space,
- * then works again: the shard keeps it, with the reason it gave at the
- * start, and its timers run: those due while the waits are refused (armed
- * before and during), and those after, once each, never early; the counts
- * add up.  Loops 0-2: the kernel refuses the enter (EAGAIN, ENOMEM, EBUSY),
- * the wait's reads left queued; loops 3-5: the reads' completions fail
- * (ENOMEM, EAGAIN, EINTR), what they read lost (the last two are no
- * refusal, and were taken as reads of nothing: the shard slept past the
- * expiry it lost).
- */
-/*
  * After the move to epoll, the ring's reads may still take a count of the
  * eventfd (the kernel cancels them after the ring is gone): a wake-up so
  * taken (fault_kick_lost) leaves the shard's flag saying "written" and
@@ -261,6 +250,17 @@ START_TEST(test_uring_wake_lost_after_move)
 }
 END_TEST
 
+/*
+ * The ring refuses some waits for want of memory or of completion space,
+ * then works again: the shard keeps it, with the reason it gave at the
+ * start, and its timers run: those due while the waits are refused (armed
+ * before and during), and those after, once each, never early; the counts
+ * add up.  Loops 0-2: the kernel refuses the enter (EAGAIN, ENOMEM, EBUSY),
+ * the wait's reads left queued; loops 3-5: the reads' completions fail
+ * (ENOMEM, EAGAIN, EINTR), what they read lost (the last two are no
+ * refusal, and were taken as reads of nothing: the shard slept past the
+ * expiry it lost).
+ */
 START_TEST(test_uring_refused_for_a_moment)
 {
 	enum { N = 400, REFUSED = 20 };
